@@ -1,0 +1,52 @@
+"""adaptemb: compress frozen embeddings, fit once, encode at any budget."""
+
+from adaptemb._version import __version__
+from adaptemb.api import compress, fit, get_compressor, list_compressors, load
+from adaptemb.codes import BinaryCodes, Codes, DenseCodes, QuantizedCodes, SparseCodes
+from adaptemb.compressor import Budgets, Compressor, CompressorConfig
+from adaptemb.data import load_embeddings
+from adaptemb.errors import (
+    AdaptembError,
+    CorruptFileError,
+    DuplicateCompressorError,
+    InvalidConfigError,
+    NotFittedError,
+    UnknownCompressorError,
+)
+from adaptemb.hookspecs import hookimpl
+from adaptemb.registry import CompressorInfo, CompressorRegistry, get_registry, register_plugin, unregister_plugin
+from adaptemb.serialization import load_codes, save_codes
+from adaptemb.validation import as_matrix
+
+__all__ = [
+    "AdaptembError",
+    "BinaryCodes",
+    "Budgets",
+    "Codes",
+    "Compressor",
+    "CompressorConfig",
+    "CompressorInfo",
+    "CompressorRegistry",
+    "CorruptFileError",
+    "DenseCodes",
+    "DuplicateCompressorError",
+    "InvalidConfigError",
+    "NotFittedError",
+    "QuantizedCodes",
+    "SparseCodes",
+    "UnknownCompressorError",
+    "__version__",
+    "as_matrix",
+    "compress",
+    "fit",
+    "get_compressor",
+    "get_registry",
+    "hookimpl",
+    "list_compressors",
+    "load",
+    "load_codes",
+    "load_embeddings",
+    "register_plugin",
+    "save_codes",
+    "unregister_plugin",
+]

@@ -1,0 +1,1 @@
+"""adaptemb.encoders."""

@@ -1,0 +1,46 @@
+"""Exceptions raised by adaptemb. Each subclasses the built-in a caller would expect to catch."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class AdaptembError(Exception):
+    """Base class for errors specific to adaptemb."""
+
+
+class UnknownCompressorError(AdaptembError, KeyError, ValueError):
+    """A method name that no registered plugin provides."""
+
+    def __init__(self, name: str, available: Iterable[str]) -> None:
+        self.name = name
+        self.available = sorted(available)
+        super().__init__(name)
+
+    def __str__(self) -> str:
+        hint = did_you_mean(self.name, self.available)
+        listing = ", ".join(self.available) if self.available else "none (no plugin is loaded)"
+        return f"unknown compressor {self.name!r}{hint}; available: {listing}"
+
+
+class DuplicateCompressorError(AdaptembError, ValueError):
+    """Two plugins registered the same method name."""
+
+
+class InvalidConfigError(AdaptembError, ValueError):
+    """A parameter a method does not have, or a value outside its bounds."""
+
+
+class NotFittedError(AdaptembError, RuntimeError):
+    """A compressor was used before fit()."""
+
+
+class CorruptFileError(AdaptembError, ValueError):
+    """A file that is not what adaptemb wrote, or was damaged."""
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """Return " (did you mean 'x'?)" for the closest choice, or "" when none is close."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,0 +1,74 @@
+"""Checks every public entry point applies to user arrays, with errors that say what is valid."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+FLOAT_DTYPES = "float16, bfloat16, float32 or float64"
+_TORCH_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def as_matrix(x: Any, *, name: str = "embeddings", dim: int | None = None) -> torch.Tensor:
+    """Validate an (n, d) float array (numpy or torch) and return it as a float32 CPU tensor.
+
+    Raises TypeError for a wrong container or dtype and ValueError for a wrong shape, an empty
+    array, non-finite values or a dimension other than ``dim``. Computation happens in float32;
+    float64 inputs are rounded to float32, integer inputs are rejected rather than cast.
+    """
+    tensor = _to_tensor(x, name)
+    if tensor.ndim != 2:
+        hint = " (for one vector use x[None, :])" if tensor.ndim == 1 else ""
+        raise ValueError(f"{name} must be 2-D with shape (n, d); got shape {tuple(tensor.shape)}{hint}")
+    n, d = tensor.shape
+    if n == 0 or d == 0:
+        raise ValueError(f"{name} is empty: shape {tuple(tensor.shape)}; need at least one row and one column")
+    if dim is not None and d != dim:
+        raise ValueError(f"{name} has dimension {d}, but this compressor was fitted on dimension {dim}")
+    tensor = tensor.detach().to(device="cpu", dtype=torch.float32).contiguous()
+    finite = torch.isfinite(tensor)
+    if not bool(finite.all()):
+        bad_rows = torch.nonzero(~finite.all(dim=1)).flatten()
+        raise ValueError(
+            f"{name} contains NaN or infinite values in {bad_rows.numel()} of {n} rows "
+            f"(first at row {int(bad_rows[0])}); all values must be finite"
+        )
+    return tensor
+
+
+def as_vector(x: Any, *, name: str, length: int, integer: bool = False) -> np.ndarray:
+    """Validate a 1-D array of ``length`` entries (integer labels or ids when ``integer``)."""
+    array = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array or torch tensor; got {type(x).__name__}")
+    if array.ndim != 1 or array.shape[0] != length:
+        raise ValueError(f"{name} must have shape ({length},); got {array.shape}")
+    if integer and not np.issubdtype(array.dtype, np.integer):
+        raise TypeError(f"{name} must hold integers; got dtype {array.dtype}")
+    return array
+
+
+def check_budget(k: Any, *, low: int, high: int, method: str) -> int:
+    """Return ``k`` as an int after checking ``low <= k <= high``."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k must be an integer between {low} and {high} for {method}; got {k!r}")
+    if not low <= int(k) <= high:
+        raise ValueError(f"k={int(k)} is out of range for {method}: valid budgets are {low} <= k <= {high}")
+    return int(k)
+
+
+def _to_tensor(x: Any, name: str) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        if x.dtype not in _TORCH_FLOATS:
+            raise TypeError(f"{name} must have a floating dtype ({FLOAT_DTYPES}); got {x.dtype}")
+        return x
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind != "f":
+            raise TypeError(f"{name} must have a floating dtype ({FLOAT_DTYPES}); got {x.dtype}")
+        return torch.from_numpy(np.ascontiguousarray(x))
+    raise TypeError(
+        f"{name} must be a numpy array or torch tensor of shape (n, d); got {type(x).__name__}. "
+        "Load files with adaptemb.load_embeddings(path)."
+    )

@@ -1,0 +1,70 @@
+"""``int8``: per-dimension calibrated scalar quantisation to int8 (4x smaller than float32)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from adaptemb import Budgets, Codes, Compressor, CompressorConfig, QuantizedCodes, hookimpl
+
+_LEVELS = 127  # codes lie in [-127, 127], symmetric around each dimension's calibrated centre
+_QUANTILE_SAMPLE_ROWS = 100_000
+
+
+class Int8Config(CompressorConfig):
+    calibration: Literal["minmax", "quantile"] = Field(
+        "minmax", description="Per-dimension range: the training min/max, or clipped quantiles."
+    )
+    quantile: float = Field(
+        0.001, gt=0.0, lt=0.5, description="With calibration='quantile': fraction clipped at each end."
+    )
+
+
+class Int8Compressor(Compressor):
+    """int8 scalar quantisation with per-dimension ranges calibrated on the fit data."""
+
+    name = "int8"
+    Config = Int8Config
+    budget_help = "no budget: keeps all d dims at 1 byte each"
+    config: Int8Config
+
+    def _fit(self, x: torch.Tensor, **supervision: object) -> None:
+        if self.config.calibration == "minmax":
+            low, high = x.min(dim=0).values, x.max(dim=0).values
+        else:
+            sample = x
+            if len(x) > _QUANTILE_SAMPLE_ROWS:
+                sample = x[torch.randperm(len(x), generator=self.generator)[:_QUANTILE_SAMPLE_ROWS]]
+            q = self.config.quantile
+            bounds = np.quantile(sample.double().numpy(), [q, 1.0 - q], axis=0)
+            low, high = torch.from_numpy(bounds[0]).float(), torch.from_numpy(bounds[1]).float()
+        self._offset = ((low + high) / 2).contiguous()
+        self._scale = ((high - low) / (2 * _LEVELS)).contiguous()
+
+    def _encode(self, x: torch.Tensor, k: int) -> Codes:
+        safe_scale = torch.where(self._scale > 0, self._scale, torch.ones_like(self._scale))
+        codes = torch.round((x - self._offset) / safe_scale).clamp_(-_LEVELS, _LEVELS).to(torch.int8)
+        return QuantizedCodes(codes.numpy(), self._scale.numpy(), self._offset.numpy())
+
+    def _decode(self, codes: Codes) -> torch.Tensor:
+        return torch.from_numpy(codes.to_dense())
+
+    def _budgets(self) -> Budgets:
+        assert self.dim is not None
+        return Budgets(low=self.dim, high=self.dim, default=self.dim)
+
+    def _state(self) -> dict[str, torch.Tensor]:
+        return {"scale": self._scale, "offset": self._offset}
+
+    def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        self._scale, self._offset = tensors["scale"], tensors["offset"]
+        if self._scale.shape != self._offset.shape or self._scale.ndim != 1:
+            raise ValueError("scale and offset must be 1-D tensors of equal length")
+
+
+@hookimpl
+def register_compressors(registry) -> None:  # type: ignore[no-untyped-def]
+    registry.add(Int8Compressor)

@@ -1,0 +1,74 @@
+"""``svd``: PCA by mean-centred eigen-decomposition of the covariance; one fit serves every rank."""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field
+
+from adaptemb import Budgets, Codes, Compressor, CompressorConfig, DenseCodes, hookimpl
+
+_GRAM_BLOCK_ROWS = 65536
+
+
+class SVDConfig(CompressorConfig):
+    k: int | None = Field(None, ge=1, description="Principal components kept, and the default rank; None keeps d.")
+
+
+class SVDCompressor(Compressor):
+    """PCA: project mean-centred embeddings on the top-r principal directions (dot-product scoring)."""
+
+    name = "svd"
+    Config = SVDConfig
+    budget_help = "rank r, 1 <= r <= components kept (all d by default)"
+    config: SVDConfig
+
+    def _fit(self, x: torch.Tensor, **supervision: object) -> None:
+        n, d = x.shape
+        kept = self.config.k or d
+        if kept > d:
+            raise ValueError(f"k={kept} components requested, but the embeddings have only d={d} dims")
+        mean = x.double().mean(dim=0)
+        gram = torch.zeros(d, d, dtype=torch.float64)
+        for start in range(0, n, _GRAM_BLOCK_ROWS):
+            block = x[start : start + _GRAM_BLOCK_ROWS].double() - mean
+            gram += block.T @ block
+        eigenvalues, eigenvectors = torch.linalg.eigh(gram)
+        order = torch.argsort(eigenvalues, descending=True)[:kept]
+        components = eigenvectors[:, order].T  # (kept, d), strongest first
+        # fix each direction's sign (largest |entry| positive) so codes do not depend on the solver
+        pivot = components.abs().argmax(dim=1)
+        signs = torch.sign(components[torch.arange(kept), pivot])
+        self._mean = mean.float()
+        self._components = (components * signs[:, None]).float().contiguous()
+        self._variance = (eigenvalues[order].clamp_min(0) / max(n - 1, 1)).float()
+
+    def _encode(self, x: torch.Tensor, k: int) -> Codes:
+        return DenseCodes(((x - self._mean) @ self._components[:k].T).numpy())
+
+    def _decode(self, codes: Codes) -> torch.Tensor:
+        values = torch.from_numpy(codes.to_dense())
+        return values @ self._components[: values.shape[1]] + self._mean
+
+    def _budgets(self) -> Budgets:
+        kept = self._components.shape[0]
+        return Budgets(low=1, high=kept, default=kept)
+
+    def _state(self) -> dict[str, torch.Tensor]:
+        return {"mean": self._mean, "components": self._components, "explained_variance": self._variance}
+
+    def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        self._mean, self._components = tensors["mean"], tensors["components"]
+        self._variance = tensors["explained_variance"]
+        if self._components.ndim != 2 or self._components.shape[1] != self._mean.shape[0]:
+            raise ValueError(f"components {tuple(self._components.shape)} do not match mean {tuple(self._mean.shape)}")
+
+    @property
+    def explained_variance(self) -> torch.Tensor:
+        """Variance along each kept component, strongest first."""
+        self._require_fitted()
+        return self._variance
+
+
+@hookimpl
+def register_compressors(registry) -> None:  # type: ignore[no-untyped-def]
+    registry.add(SVDCompressor)
