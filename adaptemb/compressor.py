@@ -78,6 +78,8 @@ class Compressor(ABC):
         if not isinstance(self.config, self.Config):
             raise TypeError(f"{self.name} needs a {self.Config.__name__}; got {type(self.config).__name__}")
         self.dim: int | None = None
+        self.fit_report: dict[str, Any] | None = None
+        """What the last fit measured (losses, dead latents, time, device), for learned methods."""
 
     @classmethod
     def make_config(cls, **params: Any) -> CompressorConfig:
@@ -130,6 +132,15 @@ class Compressor(ABC):
             parts = [self._encode(matrix[i : i + batch_size], budget) for i in range(0, len(matrix), batch_size)]
         return parts[0] if len(parts) == 1 else type(parts[0]).concat(parts)
 
+    def encode_queries(self, x: Array, k: int | None = None) -> Codes:
+        """Encode queries for ``score``. Same as ``encode`` unless the method scores asymmetrically
+        (for example a dense query projected through a decoder against sparse document codes)."""
+        return self.encode(x, k=k)
+
+    def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
+        """Scores (n_queries, n_docs) of ``encode_queries`` output against ``encode`` output."""
+        return query_codes.similarity(doc_codes)
+
     def decode(self, codes: Codes) -> np.ndarray:
         """Reconstruct (n, d) float32 embeddings from codes, for methods that can."""
         self._require_fitted()
@@ -138,7 +149,7 @@ class Compressor(ABC):
 
     def search(self, queries: Array, doc_codes: Codes, top_k: int = 10, *, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Exact search: encode ``queries`` at ``k`` and return (scores, ids), each (n_queries, top_k)."""
-        return _top_k_checked(self.encode(queries, k=k).similarity(doc_codes), top_k)
+        return _top_k_checked(self.score(self.encode_queries(queries, k=k), doc_codes), top_k)
 
     def save(self, path: str | Path) -> Path:
         """Write this fitted compressor to one safetensors file (atomically) and return its path."""

@@ -1,0 +1,3 @@
+"""Imports every command group so that each registers its commands on ``adaptemb.cli.app``."""
+
+from adaptemb.cli import models  # noqa: F401  plugins, fit, compress, info

@@ -1,0 +1,1 @@
+"""Commands that manage compressors: plugins, fit, compress, info."""
