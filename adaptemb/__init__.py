@@ -16,6 +16,7 @@ from adaptemb.errors import (
 from adaptemb.hookspecs import hookimpl
 from adaptemb.registry import CompressorInfo, CompressorRegistry, get_registry, register_plugin, unregister_plugin
 from adaptemb.serialization import load_codes, save_codes
+from adaptemb.train import FitReport, TrainingConfig, resolve_device, train
 from adaptemb.validation import as_matrix
 
 __all__ = [
@@ -30,10 +31,12 @@ __all__ = [
     "CorruptFileError",
     "DenseCodes",
     "DuplicateCompressorError",
+    "FitReport",
     "InvalidConfigError",
     "NotFittedError",
     "QuantizedCodes",
     "SparseCodes",
+    "TrainingConfig",
     "UnknownCompressorError",
     "__version__",
     "as_matrix",
@@ -47,6 +50,8 @@ __all__ = [
     "load_codes",
     "load_embeddings",
     "register_plugin",
+    "resolve_device",
     "save_codes",
+    "train",
     "unregister_plugin",
 ]

@@ -1,0 +1,197 @@
+"""The one training loop every learned method shares.
+
+A method builds a ``torch.nn.Module`` whose ``training_loss(batch, step)`` returns the total loss and
+named components, then calls :func:`train` with its :class:`TrainingConfig`. The loop picks the
+device (CUDA when present), uses bf16 autocast on CUDA, shuffles with the config's seed, holds out
+rows for early stopping, shows a progress bar, restores the best weights and returns a
+:class:`FitReport`.
+
+Optional module hooks: ``before_optimizer_step()`` (e.g. project gradients) and
+``after_optimizer_step()`` (e.g. renormalise decoder columns).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol
+
+import torch
+from pydantic import Field
+from tqdm.auto import tqdm
+
+from adaptemb.compressor import CompressorConfig
+
+
+class TrainingConfig(CompressorConfig):
+    """Optimisation settings shared by learned methods; a method's config subclasses this."""
+
+    epochs: int = Field(10, ge=1, description="Passes over the training rows (at most).")
+    batch_size: int = Field(256, ge=2, description="Rows per optimisation step.")
+    lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="Adam weight decay.")
+    adam_eps: float = Field(1e-8, gt=0, description="Adam epsilon.")
+    val_fraction: float = Field(0.05, ge=0, lt=0.5, description="Rows held out for early stopping (0: none).")
+    patience: int = Field(2, ge=1, description="Epochs without held-out improvement before stopping.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA when available, else CPU.")
+    progress: bool = Field(True, description="Show a progress bar while fitting.")
+
+
+class TrainableModule(Protocol):
+    """What :func:`train` needs from a method's model."""
+
+    def training_loss(self, batch: Sequence[torch.Tensor], step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Total loss of a batch and its named components (detached or not)."""
+        ...
+
+
+@dataclass
+class FitReport:
+    """What a fit measured; ``as_dict()`` is JSON-ready and is what ``Compressor.fit_report`` holds."""
+
+    device: str
+    seconds: float
+    epochs: int
+    steps: int
+    stopped_early: bool
+    train_losses: dict[str, float]
+    val_loss: float | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` means CUDA when available; asking for CUDA without one is an error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was requested but no CUDA device is available; use 'auto' or 'cpu'")
+    return torch.device(device)
+
+
+def train(
+    module: torch.nn.Module,
+    tensors: Sequence[torch.Tensor],
+    config: TrainingConfig,
+    *,
+    description: str = "fit",
+) -> FitReport:
+    """Optimise ``module.training_loss`` over row batches of ``tensors`` (all of equal length).
+
+    The module is moved to the chosen device and left there in eval mode with the best held-out
+    weights. Randomness (shuffling, dropout, noise) is drawn from the config's seed only.
+    """
+    rows = len(tensors[0])
+    if any(len(t) != rows for t in tensors):
+        raise ValueError("all training tensors must have the same number of rows")
+    device = resolve_device(config.device)
+    started = time.perf_counter()
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(config.seed)
+        generator = torch.Generator().manual_seed(config.seed)
+        train_idx, val_idx = _split(rows, config.val_fraction, config.batch_size, generator)
+        module.to(device)
+        optimizer = torch.optim.Adam(
+            module.parameters(), lr=config.lr, eps=config.adam_eps, weight_decay=config.weight_decay
+        )
+        loop = _Loop(module, tensors, device, optimizer, config)
+        report = loop.run(train_idx, val_idx, generator, description)
+    module.eval()
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _split(rows: int, fraction: float, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    order = torch.randperm(rows, generator=generator)
+    held_out = int(rows * fraction)
+    if held_out < 2 or rows - held_out < 2:
+        return order, order[:0]
+    return order[held_out:], order[:held_out]
+
+
+class _Loop:
+    def __init__(self, module: Any, tensors: Sequence[torch.Tensor], device: torch.device,
+                 optimizer: torch.optim.Optimizer, config: TrainingConfig) -> None:
+        self.module, self.tensors, self.device = module, tensors, device
+        self.optimizer, self.config = optimizer, config
+        self.autocast = device.type == "cuda"
+
+    def batch(self, idx: torch.Tensor) -> list[torch.Tensor]:
+        return [t[idx].to(self.device, non_blocking=True) for t in self.tensors]
+
+    def loss(self, idx: torch.Tensor, step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            return self.module.training_loss(self.batch(idx), step)
+
+    def run(self, train_idx: torch.Tensor, val_idx: torch.Tensor, generator: torch.Generator, description: str) -> FitReport:
+        config = self.config
+        steps_per_epoch = max(1, math.ceil(len(train_idx) / config.batch_size))
+        best_val, best_state, bad_epochs, stopped_early = math.inf, None, 0, False
+        step, epochs_run, sums = 0, 0, {}
+        bar = tqdm(total=config.epochs * steps_per_epoch, desc=description, disable=not config.progress, leave=False)
+        for epoch in range(config.epochs):
+            self.module.train()
+            sums, counts = {}, 0
+            order = train_idx[torch.randperm(len(train_idx), generator=generator)]
+            for start in range(0, len(order), config.batch_size):
+                idx = order[start : start + config.batch_size]
+                if len(idx) < 2:
+                    continue
+                total, parts = self.loss(idx, step)
+                self.optimizer.zero_grad(set_to_none=True)
+                total.backward()
+                _call_hook(self.module, "before_optimizer_step")
+                self.optimizer.step()
+                _call_hook(self.module, "after_optimizer_step")
+                step += 1
+                counts += 1
+                for name, value in {"loss": total, **parts}.items():
+                    sums[name] = sums.get(name, 0.0) + float(value.detach())
+                bar.update(1)
+            epochs_run = epoch + 1
+            val = self.validation_loss(val_idx, step)
+            bar.set_postfix(loss=f"{sums.get('loss', 0.0) / max(counts, 1):.4f}", val=f"{val:.4f}" if val is not None else "-")
+            if val is None:
+                continue
+            if val < best_val - 1e-7:
+                best_val, bad_epochs = val, 0
+                best_state = copy.deepcopy(self.module.state_dict())
+            else:
+                bad_epochs += 1
+                if bad_epochs >= config.patience:
+                    stopped_early = True
+                    break
+        bar.close()
+        if best_state is not None:
+            self.module.load_state_dict(best_state)
+        train_losses = {name: value / max(counts, 1) for name, value in sums.items()}
+        return FitReport(
+            device=str(self.device), seconds=0.0, epochs=epochs_run, steps=step, stopped_early=stopped_early,
+            train_losses=train_losses, val_loss=None if best_val == math.inf else best_val,
+        )
+
+    @torch.no_grad()
+    def validation_loss(self, val_idx: torch.Tensor, step: int) -> float | None:
+        if len(val_idx) == 0:
+            return None
+        self.module.eval()
+        total, weight = 0.0, 0
+        for start in range(0, len(val_idx), self.config.batch_size):
+            idx = val_idx[start : start + self.config.batch_size]
+            if len(idx) < 2:
+                continue
+            loss, _ = self.loss(idx, step)
+            total += float(loss) * len(idx)
+            weight += len(idx)
+        return total / weight if weight else None
+
+
+def _call_hook(module: Any, name: str) -> None:
+    hook = getattr(module, name, None)
+    if hook is not None:
+        hook()
