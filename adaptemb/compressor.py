@@ -45,7 +45,8 @@ class Budgets:
         """Return the budget to use for a requested ``k`` (``None`` means the default)."""
         if k is None:
             return self.default
-        if self.fixed and k != self.high:
+        is_int = isinstance(k, (int, np.integer)) and not isinstance(k, bool)
+        if self.fixed and is_int and k != self.high:
             raise ValueError(
                 f"{method} has no budget: it always keeps all {self.high} dims; "
                 f"pass k=None (or k={self.high}), got k={k!r}"

@@ -1,1 +1,117 @@
 """Commands that manage compressors: plugins, fit, compress, info."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from adaptemb.api import fit as fit_compressor
+from adaptemb.api import list_compressors, load
+from adaptemb.cli import app
+from adaptemb.cli.errors import friendly_errors
+from adaptemb.data import load_embeddings
+from adaptemb.serialization import save_codes
+
+console = Console()
+
+ParamOption = Annotated[
+    Optional[list[str]],
+    typer.Option("--param", "-p", help="A method parameter as NAME=VALUE (repeatable), e.g. -p k=64."),
+]
+KeyOption = Annotated[
+    Optional[str], typer.Option("--key", help="Array name in an .npz/.safetensors file, or vector column of a .parquet.")
+]
+
+
+@app.command("plugins")
+@friendly_errors
+def plugins_command() -> None:
+    """List the registered compressors, what their budget means and which package registered each."""
+    table = Table(title="adaptemb compressors")
+    for column in ("method", "budget k", "summary", "registered by"):
+        table.add_column(column)
+    for info in list_compressors():
+        source = f"{info.source.package} {info.source.version}" if info.source.package else info.source.plugin
+        table.add_row(info.name, info.budgets, info.summary, source)
+    console.print(table)
+
+
+@app.command("fit")
+@friendly_errors
+def fit_command(
+    method: Annotated[str, typer.Option("--method", "-m", help="Registered method name (see `adaptemb plugins`).")],
+    input_path: Annotated[Path, typer.Option("--input", "-i", help="Embeddings: .npy, .npz, .safetensors or .parquet.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the fitted compressor (.safetensors).")],
+    param: ParamOption = None,
+    key: KeyOption = None,
+) -> None:
+    """Fit a compressor on an embedding file and save it as one safetensors file."""
+    params = parse_params(param or [])
+    compressor = fit_compressor(load_embeddings(input_path, key=key), method, **params)
+    compressor.save(output)
+    budgets = compressor.budgets()
+    console.print(
+        f"fitted [bold]{method}[/] on d={compressor.dim}; budgets k={budgets.low}..{budgets.high} "
+        f"(default {budgets.default}); saved to {output}"
+    )
+    if compressor.fit_report:
+        print_report(compressor.fit_report)
+
+
+@app.command("compress")
+@friendly_errors
+def compress_command(
+    model: Annotated[Path, typer.Option("--model", help="A fitted compressor file from `adaptemb fit`.")],
+    input_path: Annotated[Path, typer.Option("--input", "-i", help="Embeddings: .npy, .npz, .safetensors or .parquet.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the codes (.npz, see docs/guide.md).")],
+    k: Annotated[Optional[int], typer.Option("--k", "-k", help="Budget: active dims per code (default: the method's).")] = None,
+    key: KeyOption = None,
+) -> None:
+    """Encode an embedding file with a fitted compressor and write the codes file."""
+    codes = load(model).encode(load_embeddings(input_path, key=key), k=k)
+    save_codes(codes, output)
+    console.print(
+        f"wrote {len(codes)} {codes.kind} codes (dim {codes.dim}) to {output}: "
+        f"{codes.bytes_per_vector:.1f} bytes per vector, {codes.nbytes} bytes in all"
+    )
+
+
+@app.command("info")
+@friendly_errors
+def info_command(
+    model: Annotated[Path, typer.Argument(help="A fitted compressor file.")],
+) -> None:
+    """Show what a fitted compressor file holds: method, config, dimension and budgets."""
+    compressor = load(model)
+    budgets = compressor.budgets()
+    console.print(f"method: [bold]{compressor.name}[/]  dim: {compressor.dim}")
+    console.print(f"budgets: k={budgets.low}..{budgets.high} (default {budgets.default})")
+    console.print(f"config: {compressor.config.model_dump_json()}")
+
+
+def parse_params(items: list[str]) -> dict[str, Any]:
+    """Turn ``NAME=VALUE`` strings into a dict; values are read as JSON when they parse, else kept as text."""
+    params: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"parameter {item!r} must look like NAME=VALUE, e.g. k=64")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        params[name.strip()] = value
+    return params
+
+
+def print_report(report: dict[str, Any]) -> None:
+    """Print a fit report as a two-column table."""
+    table = Table(title="fit report", show_header=False)
+    for name, value in report.items():
+        table.add_row(name, json.dumps(value, default=str) if isinstance(value, (dict, list)) else str(value))
+    console.print(table)

@@ -1,0 +1,8 @@
+"""The shared contract, run over every registered compressor (built-in or installed)."""
+
+import adaptemb
+from adaptemb.testing import CompressorContract
+
+for _info in adaptemb.list_compressors():
+    _name = f"TestContract_{_info.name}"
+    globals()[_name] = type(_name, (CompressorContract,), {"method": _info.name})
