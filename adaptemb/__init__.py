@@ -2,7 +2,7 @@
 
 from adaptemb._version import __version__
 from adaptemb.api import compress, fit, get_compressor, list_compressors, load
-from adaptemb.codes import BinaryCodes, Codes, DenseCodes, QuantizedCodes, SparseCodes
+from adaptemb.codes import BinaryCodes, BinarySparseCodes, Codes, DenseCodes, QuantizedCodes, SparseCodes
 from adaptemb.compressor import Budgets, Compressor, CompressorConfig
 from adaptemb.data import load_embeddings
 from adaptemb.errors import (
@@ -22,6 +22,7 @@ from adaptemb.validation import as_matrix
 __all__ = [
     "AdaptembError",
     "BinaryCodes",
+    "BinarySparseCodes",
     "Budgets",
     "Codes",
     "Compressor",
