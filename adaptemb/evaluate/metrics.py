@@ -1,0 +1,133 @@
+"""Retrieval and classification metrics over ranked result ids.
+
+Conventions follow trec_eval / pytrec_eval as BEIR and MTEB use them:
+
+* relevance grades come from ``qrels`` (a (q, n) sparse matrix); a corpus row is *relevant* when its
+  grade is > 0;
+* NDCG@k uses linear gain (the grade itself) and the log2 discount: ``DCG = sum_i grade_i / log2(i + 1)``
+  over ranks ``i = 1..k``; the ideal DCG sorts the query's own grades from ``qrels``;
+* queries without any relevant row are left out of the means (``evaluate_ranking`` reports how many
+  counted); the per-query functions return NaN for them.
+
+Every per-query function takes ``ranked_ids`` (q, K) of corpus row ids, best first (K >= the cut-off).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def _gains(ranked_ids: np.ndarray, qrels: sp.csr_matrix, k: int) -> np.ndarray:
+    """The grades (q, k) of the first ``k`` ranked rows of each query (0 for unjudged rows)."""
+    ids = _check_ids(ranked_ids, qrels, k)[:, :k]
+    rows = np.repeat(np.arange(ids.shape[0]), ids.shape[1])
+    return np.asarray(qrels[rows, ids.reshape(-1)], dtype=np.float64).reshape(ids.shape)
+
+
+def _check_ids(ranked_ids: np.ndarray, qrels: sp.csr_matrix, k: int) -> np.ndarray:
+    ids = np.asarray(ranked_ids)
+    if ids.ndim != 2 or ids.shape[0] != qrels.shape[0]:
+        raise ValueError(f"ranked_ids must have shape ({qrels.shape[0]}, K); got {ids.shape}")
+    if ids.shape[1] < k:
+        raise ValueError(f"need at least {k} ranked ids per query for a cut-off of {k}; got {ids.shape[1]}")
+    return ids
+
+
+def _relevant_counts(qrels: sp.csr_matrix) -> np.ndarray:
+    return np.asarray((qrels > 0).sum(axis=1)).ravel()
+
+
+def _discounts(k: int) -> np.ndarray:
+    return 1.0 / np.log2(np.arange(2, k + 2))
+
+
+def ndcg_at_k(ranked_ids: np.ndarray, qrels: sp.csr_matrix, k: int = 10) -> np.ndarray:
+    """Per-query NDCG@k with linear gain (trec_eval ``ndcg_cut``); NaN for queries with nothing relevant."""
+    qrels = sp.csr_matrix(qrels)
+    gains = np.clip(_gains(ranked_ids, qrels, k), 0.0, None)
+    dcg = gains @ _discounts(k)
+    ideal = np.zeros(qrels.shape[0])
+    for row in range(qrels.shape[0]):
+        grades = qrels.data[qrels.indptr[row] : qrels.indptr[row + 1]]
+        best = np.sort(grades[grades > 0])[::-1][:k]
+        ideal[row] = best @ _discounts(k)[: len(best)]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(ideal > 0, dcg / ideal, np.nan)
+
+
+def recall_at_k(ranked_ids: np.ndarray, qrels: sp.csr_matrix, k: int) -> np.ndarray:
+    """Per-query fraction of the relevant rows found in the top ``k``; NaN when nothing is relevant."""
+    qrels = sp.csr_matrix(qrels)
+    hits = (_gains(ranked_ids, qrels, k) > 0).sum(axis=1)
+    relevant = _relevant_counts(qrels)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(relevant > 0, hits / relevant, np.nan)
+
+
+def mrr_at_k(ranked_ids: np.ndarray, qrels: sp.csr_matrix, k: int = 10) -> np.ndarray:
+    """Per-query reciprocal rank of the first relevant row within the top ``k`` (0 if none there)."""
+    qrels = sp.csr_matrix(qrels)
+    hit = _gains(ranked_ids, qrels, k) > 0
+    first = np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, np.inf)
+    return np.where(_relevant_counts(qrels) > 0, 1.0 / first, np.nan)
+
+
+def neighbour_recall_at_k(ranked_ids: np.ndarray, exact_ids: np.ndarray, k: int = 10) -> np.ndarray:
+    """Per-query overlap ``|top-k ∩ exact top-k| / k`` with the full-precision neighbours."""
+    ids, exact = np.asarray(ranked_ids), np.asarray(exact_ids)
+    if ids.shape[0] != exact.shape[0] or min(ids.shape[1], exact.shape[1]) < k:
+        raise ValueError(f"need (q, >={k}) ids on both sides; got {ids.shape} and {exact.shape}")
+    return np.array([len(np.intersect1d(a[:k], b[:k])) / k for a, b in zip(ids, exact)])
+
+
+def one_nn_accuracy(nearest_ids: np.ndarray, corpus_labels: np.ndarray, query_labels: np.ndarray) -> float:
+    """Fraction of queries whose nearest corpus row (``nearest_ids`` (q,)) carries the query's label."""
+    nearest = np.asarray(nearest_ids).reshape(-1)
+    if nearest.shape[0] != len(query_labels):
+        raise ValueError(f"{nearest.shape[0]} nearest ids for {len(query_labels)} query labels")
+    return float(np.mean(np.asarray(corpus_labels)[nearest] == np.asarray(query_labels)))
+
+
+def nearest_excluding_self(ranked_ids: np.ndarray, self_ids: np.ndarray) -> np.ndarray:
+    """For leave-one-out 1-NN: the first ranked id of each row that is not the query's own row."""
+    ids = np.asarray(ranked_ids)
+    is_self = ids == np.asarray(self_ids)[:, None]
+    first_other = np.argmax(~is_self, axis=1)
+    return ids[np.arange(len(ids)), first_other]
+
+
+@dataclass(frozen=True)
+class RankingMetrics:
+    """Mean metrics over the queries with at least one relevant row (``queries`` of them)."""
+
+    ndcg_at_10: float
+    recall_at_10: float
+    recall_at_100: float
+    mrr_at_10: float
+    queries: int
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def evaluate_ranking(ranked_ids: np.ndarray, qrels: sp.csr_matrix) -> RankingMetrics:
+    """NDCG@10, Recall@10, Recall@100 (at min(100, K)) and MRR@10 averaged over judged queries."""
+    qrels = sp.csr_matrix(qrels)
+    deep = min(100, np.asarray(ranked_ids).shape[1])
+    judged = _relevant_counts(qrels) > 0
+    if not judged.any():
+        raise ValueError("no query has a relevant corpus row (every qrels grade is <= 0)")
+
+    def mean(values: np.ndarray) -> float:
+        return float(np.mean(values[judged]))
+
+    return RankingMetrics(
+        ndcg_at_10=mean(ndcg_at_k(ranked_ids, qrels, 10)),
+        recall_at_10=mean(recall_at_k(ranked_ids, qrels, 10)),
+        recall_at_100=mean(recall_at_k(ranked_ids, qrels, deep)),
+        mrr_at_10=mean(mrr_at_k(ranked_ids, qrels, 10)),
+        queries=int(judged.sum()),
+    )

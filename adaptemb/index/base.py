@@ -1,0 +1,149 @@
+"""The Index base class, device resolution and the top-k helpers every backend shares."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from adaptemb.codes import Codes
+from adaptemb.ranking import top_k as exact_top_k
+
+SearchResult = tuple[np.ndarray, np.ndarray]
+"""(scores, ids), each (n_queries, top_k), best first; scores are the code kind's similarity."""
+
+SCORE_BUFFER_BYTES = 256 * 2**20
+"""Upper bound on the float32 score buffer one query block may hold (memory-bounded search)."""
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(device: str) -> str:
+    """``"auto"`` → ``"cuda"`` when torch sees a GPU, else ``"cpu"``; ``"cuda"`` without one is an error."""
+    if device not in DEVICES and not device.startswith("cuda:"):
+        raise ValueError(f"unknown device {device!r}; use one of {', '.join(DEVICES)}")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} was asked for, but torch sees no CUDA GPU; use --device cpu or auto")
+    return device
+
+
+def rows_per_block(row_bytes: int, cap: int) -> int:
+    """How many rows of ``row_bytes`` fit in ``SCORE_BUFFER_BYTES`` (at least 1, at most ``cap``)."""
+    return int(max(1, min(cap, SCORE_BUFFER_BYTES // max(row_bytes, 1))))
+
+
+class Index(ABC):
+    """Exact search of query codes against document codes, batched over queries.
+
+    Subclasses implement ``_search_batch`` for one batch of at most ``query_batch`` queries.
+    """
+
+    query_kind: ClassVar[str]
+    doc_kind: ClassVar[str]
+
+    def __init__(self, docs: Codes, *, device: str = "cpu", query_batch: int = 512) -> None:
+        if docs.kind != self.doc_kind:
+            raise TypeError(f"{type(self).__name__} indexes {self.doc_kind} codes; got {docs.kind}")
+        if len(docs) == 0:
+            raise ValueError("cannot index zero documents")
+        if query_batch < 1:
+            raise ValueError(f"query_batch must be >= 1; got {query_batch}")
+        self.device = resolve_device(device)
+        self.dim = docs.dim
+        self.query_batch = query_batch
+        self._n = len(docs)
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def backend(self) -> str:
+        """A short name of the engine that answers searches, e.g. ``"faiss-cpu"``."""
+        return "numpy"
+
+    def search(self, queries: Codes, top_k: int = 10) -> SearchResult:
+        """The ``top_k`` best documents for each query (``top_k`` is capped at the index size)."""
+        if queries.kind != self.query_kind:
+            raise TypeError(f"{type(self).__name__} takes {self.query_kind} query codes; got {queries.kind}")
+        if queries.dim != self.dim:
+            raise ValueError(f"query code dim {queries.dim} != document code dim {self.dim}")
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1; got {top_k}")
+        top_k = min(top_k, self._n)
+        parts = [self._search_batch(queries[s : s + self.query_batch], top_k) for s in range(0, len(queries), self.query_batch)]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    @abstractmethod
+    def _search_batch(self, queries: Codes, top_k: int) -> SearchResult:
+        """Search one batch of queries; ``top_k`` is already capped at ``len(self)``."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n={self._n}, dim={self.dim}, device={self.device!r}, backend={self.backend!r})"
+
+
+def merge_top_k(scores: list[np.ndarray], ids: list[np.ndarray], k: int) -> SearchResult:
+    """Merge per-block (scores, ids) lists into the overall top ``k``; ties go to the lower id."""
+    all_scores, all_ids = np.concatenate(scores, axis=1), np.concatenate(ids, axis=1)
+    return sort_candidates(all_scores, all_ids, k)
+
+
+def sort_candidates(scores: np.ndarray, ids: np.ndarray, k: int) -> SearchResult:
+    """Order each row's candidates by score (desc) then id (asc) and keep the first ``k``."""
+    order = np.lexsort((ids, -scores), axis=1)[:, :k]
+    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1).astype(np.int64)
+
+
+def threshold_top_k(scores: np.ndarray, k: int, chunk: int = 1024) -> SearchResult:
+    """Exact top-``k`` of each row of a wide (b, n) score matrix, faster than a full partition.
+
+    The k-th largest of the per-chunk maxima is a lower bound on each row's k-th best score, so only
+    entries at or above it can be in the top k; those few candidates are sorted exactly. Ties go to
+    the lower column id, as in ``adaptemb.ranking.top_k``.
+    """
+    b, n = scores.shape
+    if n // chunk < 4 * k:
+        return exact_top_k(scores, k)
+    whole = n // chunk * chunk
+    maxima = scores[:, :whole].reshape(b, -1, chunk).max(axis=2)
+    if whole < n:
+        maxima = np.concatenate([maxima, scores[:, whole:].max(axis=1, keepdims=True)], axis=1)
+    bound = np.partition(maxima, maxima.shape[1] - k, axis=1)[:, maxima.shape[1] - k]
+    rows, cols = np.nonzero(scores >= bound[:, None])
+    counts = np.bincount(rows, minlength=b)
+    if counts.max() > n // 8:  # a flat row (e.g. many zeros): the filter does not pay off
+        return exact_top_k(scores, k)
+    cand = scores[rows, cols]
+    order = np.lexsort((cols, -cand, rows))
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    pick = order[starts[:, None] + np.arange(k)]
+    return cand[pick], cols[pick].astype(np.int64)
+
+
+def torch_top_k(scores: torch.Tensor, k: int) -> SearchResult:
+    """Top-``k`` of a torch score matrix on its device, returned as numpy (scores float32, ids int64)."""
+    values, ids = torch.topk(scores, k, dim=1)
+    return values.float().cpu().numpy(), ids.cpu().numpy().astype(np.int64)
+
+
+def torch_blockwise_top_k(
+    n: int, k: int, block_scores: Callable[[int, int], torch.Tensor], block_rows: int
+) -> SearchResult:
+    """Top-``k`` over ``n`` documents scored block by block on a torch device, merged on the device."""
+    block_rows = max(block_rows, k)
+    best_values: torch.Tensor | None = None
+    best_ids: torch.Tensor | None = None
+    for start in range(0, n, block_rows):
+        scores = block_scores(start, min(start + block_rows, n))
+        values, ids = torch.topk(scores, min(k, scores.shape[1]), dim=1)
+        ids = ids + start
+        if best_values is not None:
+            values, pos = torch.topk(torch.cat([best_values, values], dim=1), k, dim=1)
+            ids = torch.gather(torch.cat([best_ids, ids], dim=1), 1, pos)
+        best_values, best_ids = values, ids
+    assert best_values is not None and best_ids is not None
+    return best_values.float().cpu().numpy(), best_ids.cpu().numpy().astype(np.int64)
