@@ -17,7 +17,7 @@ from adaptemb.cli.errors import friendly_errors
 from adaptemb.data import load_embeddings
 from adaptemb.serialization import save_codes
 
-console = Console()
+console = Console(soft_wrap=True)
 
 ParamOption = Annotated[
     Optional[list[str]],

@@ -1,0 +1,74 @@
+"""The one-call API: compress, fit, load, get_compressor, list_compressors."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import adaptemb
+
+
+@pytest.fixture
+def x() -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((80, 16)).astype(np.float32)
+
+
+def test_compress_fits_and_encodes_at_the_budget(x: np.ndarray) -> None:
+    codes = adaptemb.compress(x, method="svd", k=4)
+    assert isinstance(codes, adaptemb.DenseCodes) and codes.to_dense().shape == (80, 4)
+    torch_codes = adaptemb.compress(torch.from_numpy(x), method="svd", k=4)
+    np.testing.assert_array_equal(codes.to_dense(), torch_codes.to_dense())
+
+
+def test_the_issue_tour_runs_end_to_end(x: np.ndarray, tmp_path: Path) -> None:
+    queries = x[:5]
+    comp = adaptemb.fit(x, method="int8")
+    qc, dc = comp.encode(queries), comp.encode(x)
+    scores = qc.similarity(dc)
+    assert scores.shape == (5, 80)
+    np.testing.assert_allclose(scores, qc.to_dense() @ dc.to_dense().T, rtol=1e-5)
+    comp.save(tmp_path / "m.safetensors")
+    comp2 = adaptemb.load(tmp_path / "m.safetensors")
+    np.testing.assert_array_equal(comp2.encode(queries).codes, qc.codes)
+
+
+def test_fit_passes_k_only_to_methods_with_a_budget(x: np.ndarray) -> None:
+    assert adaptemb.fit(x, "mrl", k=6).budgets().default == 6
+    with pytest.raises(adaptemb.InvalidConfigError, match="int8 has no budget parameter k"):
+        adaptemb.fit(x, "int8", k=6)
+
+
+def test_unknown_or_invalid_parameters_list_the_valid_ones(x: np.ndarray) -> None:
+    with pytest.raises(adaptemb.InvalidConfigError, match="unknown parameter 'treshold' \\(did you mean 'threshold'\\?\\)"):
+        adaptemb.fit(x, "binary", treshold="mean")
+    with pytest.raises(adaptemb.InvalidConfigError, match="Valid parameters \\(defaults\\): seed=0, threshold='zero', rescore=0"):
+        adaptemb.fit(x, "binary", treshold="mean")
+    with pytest.raises(adaptemb.InvalidConfigError, match="threshold: Input should be 'zero' or 'mean'"):
+        adaptemb.fit(x, "binary", threshold="median")
+    with pytest.raises(adaptemb.InvalidConfigError, match="k: Input should be greater than or equal to 1"):
+        adaptemb.fit(x, "svd", k=0)
+
+
+def test_supervision_is_refused_by_methods_that_do_not_learn_from_it(x: np.ndarray) -> None:
+    with pytest.raises(adaptemb.InvalidConfigError, match="svd does not learn from labels; it accepts only the embeddings"):
+        adaptemb.fit(x, "svd", labels=np.zeros(80, dtype=np.int64))
+    with pytest.raises(adaptemb.InvalidConfigError, match="does not learn from pairs"):
+        adaptemb.compress(x, method="mrl", pairs=(x, x))
+
+
+def test_configs_are_frozen_and_compressors_describe_themselves(x: np.ndarray) -> None:
+    comp = adaptemb.get_compressor("svd", k=3)
+    with pytest.raises(Exception, match="frozen"):
+        comp.config.k = 5  # type: ignore[misc]
+    assert "unfitted" in repr(comp) and "dim=16" in repr(comp.fit(x))
+    assert set(type(comp).parameters()) == {"seed", "k"}
+
+
+def test_search_returns_best_first_ids_and_scores(x: np.ndarray) -> None:
+    comp = adaptemb.fit(x, "mrl")
+    scores, ids = comp.search(x[:3], comp.encode(x), top_k=4)
+    np.testing.assert_array_equal(ids[:, 0], [0, 1, 2])  # each normalised vector is its own best match
+    assert np.all(np.diff(scores, axis=1) <= 0)
+    with pytest.raises(ValueError, match="top_k must be >= 1"):
+        comp.search(x[:3], comp.encode(x), top_k=0)

@@ -1,0 +1,70 @@
+"""The command line: plugins, fit, compress, info, and one-line errors with exit code 2."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import adaptemb
+from adaptemb.cli import app
+from adaptemb.cli import commands  # noqa: F401  registers the commands
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "corpus.npy"
+    np.save(path, np.random.default_rng(0).standard_normal((100, 24)).astype(np.float32))
+    return path
+
+
+def test_plugins_lists_every_registered_method() -> None:
+    result = runner.invoke(app, ["plugins"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for name in adaptemb.get_registry().names():
+        assert name in result.output
+    assert f"adaptemb {adaptemb.__version__}" in result.output
+
+
+def test_fit_then_compress_writes_loadable_codes(corpus: Path, tmp_path: Path) -> None:
+    model, codes_path = tmp_path / "svd.safetensors", tmp_path / "codes.npz"
+    fitted = runner.invoke(app, ["fit", "--method", "svd", "--input", str(corpus), "-o", str(model), "-p", "k=12"])
+    assert fitted.exit_code == 0, fitted.output
+    assert "budgets k=1..12" in fitted.output
+    compressed = runner.invoke(app, ["compress", "--model", str(model), "--input", str(corpus), "-o", str(codes_path), "-k", "5"])
+    assert compressed.exit_code == 0, compressed.output
+    codes = adaptemb.load_codes(codes_path)
+    expected = adaptemb.load(model).encode(np.load(corpus), k=5)
+    np.testing.assert_array_equal(codes.to_dense(), expected.to_dense())
+    assert "20.0 bytes per vector" in compressed.output
+    info = runner.invoke(app, ["info", str(model)])
+    assert info.exit_code == 0 and '"k":12' in info.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["fit", "--method", "svdd", "--input", "{corpus}", "-o", "{out}"], "did you mean 'svd'?"),
+        (["fit", "--method", "svd", "--input", "{corpus}", "-o", "{out}", "-p", "kk=3"], "unknown parameter 'kk'"),
+        (["fit", "--method", "svd", "--input", "{corpus}", "-o", "{out}", "-p", "k"], "must look like NAME=VALUE"),
+        (["fit", "--method", "svd", "--input", "{missing}", "-o", "{out}"], "no such file"),
+        (["compress", "--model", "{corpus}", "--input", "{corpus}", "-o", "{out}"], "not a valid safetensors file"),
+    ],
+    ids=["unknown-method", "unknown-param", "malformed-param", "missing-input", "model-not-safetensors"],
+)
+def test_errors_are_one_line_with_exit_code_2(args: list[str], message: str, corpus: Path, tmp_path: Path) -> None:
+    filled = [a.format(corpus=corpus, out=tmp_path / "out.safetensors", missing=tmp_path / "nope.npy") for a in args]
+    result = runner.invoke(app, filled)
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_compress_rejects_a_budget_the_model_cannot_honour(corpus: Path, tmp_path: Path) -> None:
+    model = tmp_path / "int8.safetensors"
+    assert runner.invoke(app, ["fit", "--method", "int8", "--input", str(corpus), "-o", str(model)]).exit_code == 0
+    result = runner.invoke(app, ["compress", "--model", str(model), "--input", str(corpus), "-o", str(tmp_path / "c.npz"), "-k", "8"])
+    assert result.exit_code == 2 and "int8 has no budget" in result.output
+    assert not (tmp_path / "c.npz").exists()
