@@ -14,8 +14,9 @@ _RESCORE_QUERY_BLOCK = 64
 
 
 class BinaryConfig(CompressorConfig):
-    threshold: Literal["zero", "mean"] = Field(
-        "zero", description="Bit = x > 0, or x > the per-dimension mean of the fit data."
+    threshold: Literal["mean", "zero"] = Field(
+        "mean",
+        description="Bit = x > the per-dimension mean of the fit data (default; balances the bits), or x > 0.",
     )
     rescore: int = Field(
         0, ge=0, description="search(): shortlist this many by Hamming, rerank with the float query; 0 = off."

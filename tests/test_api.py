@@ -42,9 +42,9 @@ def test_fit_passes_k_only_to_methods_with_a_budget(x: np.ndarray) -> None:
 def test_unknown_or_invalid_parameters_list_the_valid_ones(x: np.ndarray) -> None:
     with pytest.raises(adaptemb.InvalidConfigError, match="unknown parameter 'treshold' \\(did you mean 'threshold'\\?\\)"):
         adaptemb.fit(x, "binary", treshold="mean")
-    with pytest.raises(adaptemb.InvalidConfigError, match="Valid parameters \\(defaults\\): seed=0, threshold='zero', rescore=0"):
+    with pytest.raises(adaptemb.InvalidConfigError, match="Valid parameters \\(defaults\\): seed=0, threshold='mean', rescore=0"):
         adaptemb.fit(x, "binary", treshold="mean")
-    with pytest.raises(adaptemb.InvalidConfigError, match="threshold: Input should be 'zero' or 'mean'"):
+    with pytest.raises(adaptemb.InvalidConfigError, match="threshold: Input should be 'mean' or 'zero'"):
         adaptemb.fit(x, "binary", threshold="median")
     with pytest.raises(adaptemb.InvalidConfigError, match="k: Input should be greater than or equal to 1"):
         adaptemb.fit(x, "svd", k=0)

@@ -100,13 +100,13 @@ def test_int8_and_binary_have_no_budget(corpus: np.ndarray) -> None:
 @pytest.mark.parametrize("dim", [7, 64, 384, 1000])
 def test_binary_costs_at_most_d_over_8_plus_16_bytes(dim: int) -> None:
     x = np.random.default_rng(dim).standard_normal((10, dim)).astype(np.float32)
-    codes = adaptemb.compress(x, method="binary")
+    codes = adaptemb.compress(x, method="binary", threshold="zero")
     assert codes.bytes_per_vector == -(-dim // 8) <= dim / 8 + 16
     np.testing.assert_array_equal(codes.to_dense(), np.where(x > 0, 1.0, -1.0))
 
 
 def test_binary_mean_threshold_balances_bits(corpus: np.ndarray) -> None:
-    zero = adaptemb.compress(corpus, method="binary").to_dense()
+    zero = adaptemb.compress(corpus, method="binary", threshold="zero").to_dense()
     mean = adaptemb.compress(corpus, method="binary", threshold="mean").to_dense()
     assert abs((mean > 0).mean() - 0.5) < abs((zero > 0).mean() - 0.5)
 
@@ -118,8 +118,8 @@ def test_binary_rescoring_recovers_float_ranking_better_than_hamming() -> None:
     truth = top_k(queries @ docs.T, 10)[1]
     recall = lambda ids: np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ids, truth)])  # noqa: E731
 
-    hamming = adaptemb.fit(docs, "binary")
-    rescored = adaptemb.fit(docs, "binary", rescore=100)
+    hamming = adaptemb.fit(docs, "binary", threshold="zero")
+    rescored = adaptemb.fit(docs, "binary", threshold="zero", rescore=100)
     _, hamming_ids = hamming.search(queries, hamming.encode(docs), top_k=10)
     scores, rescored_ids = rescored.search(queries, rescored.encode(docs), top_k=10)
     assert recall(rescored_ids) > recall(hamming_ids) + 0.1
