@@ -152,6 +152,17 @@ class Compressor(ABC):
         """Exact search: encode ``queries`` at ``k`` and return (scores, ids), each (n_queries, top_k)."""
         return _top_k_checked(self.score(self.encode_queries(queries, k=k), doc_codes), top_k)
 
+    def export_onnx(self, path: str | Path, k: int | None = None, *, sample: Array | None = None) -> Any:
+        """Export the encoder at budget ``k`` to ONNX and check it against onnxruntime.
+
+        Returns the parity measured on ``sample`` rows (``adaptemb.export.OnnxParity``); the file is
+        written only when onnxruntime reproduces ``encode``. Needs ``pip install 'adaptemb[onnx]'``.
+        """
+        from adaptemb.export import export_onnx
+
+        self._require_fitted()
+        return export_onnx(self, path, k, sample=sample)
+
     def save(self, path: str | Path) -> Path:
         """Write this fitted compressor to one safetensors file (atomically) and return its path."""
         from adaptemb.serialization import save_compressor
@@ -212,6 +223,11 @@ class Compressor(ABC):
 
     def _decode(self, codes: Codes) -> torch.Tensor:
         raise NotImplementedError(f"{self.name} cannot decode codes back to embeddings")
+
+    def _onnx_encoder(self, k: int) -> torch.nn.Module:
+        """A module mapping a float32 batch to the arrays of ``encode(x, k).to_arrays()``, in the
+        order of its ``output_names`` attribute (shared tables excluded). Enables ONNX export."""
+        raise NotImplementedError(f"{self.name} does not support ONNX export")
 
     # -- helpers ------------------------------------------------------------------------------
 

@@ -10,7 +10,8 @@ Subclass :class:`CompressorContract` in your test module and name your method::
 
 pytest then checks shapes and budgets, seed determinism, save -> load (in this process and in a
 fresh one) giving identical codes, exact storage accounting, the codes file round trip, scoring and
-search agreeing, and that bad inputs are rejected with clear errors.
+search agreeing, ONNX export reproducing ``encode`` under onnxruntime (for methods that export), and
+that bad inputs are rejected with clear errors.
 """
 
 from __future__ import annotations
@@ -171,6 +172,17 @@ class CompressorContract:
         except NotImplementedError:
             pytest.skip(f"{self.method} does not decode")
         assert recon.shape == data[0].shape and recon.dtype == np.float32
+
+    @pytest.mark.slow
+    def test_onnx_export_matches_encode(self, fitted: Compressor, data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
+        for module in ("onnx", "onnxruntime", "onnxscript"):
+            pytest.importorskip(module)
+        budget = fitted.budgets().default
+        try:
+            parity = fitted.export_onnx(tmp_path / "encoder.onnx", k=budget, sample=data[0][:64])
+        except NotImplementedError:
+            pytest.skip(f"{self.method} does not export to ONNX")
+        assert parity.rows == 64 and (tmp_path / "encoder.onnx").stat().st_size > 0
 
     @pytest.mark.parametrize(
         ("bad", "error", "message"),

@@ -36,7 +36,11 @@ class BinaryCompressor(Compressor):
         self._threshold = mean if self.config.threshold == "mean" else torch.zeros_like(mean)
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
-        return BinaryCodes.from_signs((x - self._threshold).numpy())
+        (packed,) = self._onnx_encoder(k)(x)
+        return BinaryCodes(packed.numpy(), x.shape[1])
+
+    def _onnx_encoder(self, k: int) -> torch.nn.Module:
+        return _SignBits(self._threshold)
 
     def _decode(self, codes: Codes) -> torch.Tensor:
         return torch.from_numpy(codes.to_dense())
@@ -72,6 +76,24 @@ class BinaryCompressor(Compressor):
         """Queries shifted by the threshold, the float side of asymmetric rescoring."""
         self._require_fitted()
         return (as_matrix(queries, name="queries", dim=self.dim) - self._threshold).numpy()
+
+
+class _SignBits(torch.nn.Module):
+    """The encoder: bits x > threshold packed 8 per byte, most significant bit first (ONNX-exportable)."""
+
+    output_names = ("packed",)
+
+    def __init__(self, threshold: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("threshold", threshold.clone())
+        self.register_buffer("weights", 2 ** torch.arange(7, -1, -1, dtype=torch.int32))
+        self.padding = (-threshold.shape[0]) % 8
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        bits = (x > self.threshold).to(torch.int32)
+        bits = torch.nn.functional.pad(bits, (0, self.padding))
+        packed = (bits.reshape(bits.shape[0], -1, 8) * self.weights).sum(dim=2)
+        return (packed.to(torch.uint8),)
 
 
 @hookimpl

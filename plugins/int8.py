@@ -45,9 +45,11 @@ class Int8Compressor(Compressor):
         self._scale = ((high - low) / (2 * _LEVELS)).contiguous()
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
-        safe_scale = torch.where(self._scale > 0, self._scale, torch.ones_like(self._scale))
-        codes = torch.round((x - self._offset) / safe_scale).clamp_(-_LEVELS, _LEVELS).to(torch.int8)
+        (codes,) = self._onnx_encoder(k)(x)
         return QuantizedCodes(codes.numpy(), self._scale.numpy(), self._offset.numpy())
+
+    def _onnx_encoder(self, k: int) -> torch.nn.Module:
+        return _Quantise(self._offset, self._scale)
 
     def _decode(self, codes: Codes) -> torch.Tensor:
         return torch.from_numpy(codes.to_dense())
@@ -63,6 +65,22 @@ class Int8Compressor(Compressor):
         self._scale, self._offset = tensors["scale"], tensors["offset"]
         if self._scale.shape != self._offset.shape or self._scale.ndim != 1:
             raise ValueError("scale and offset must be 1-D tensors of equal length")
+
+
+class _Quantise(torch.nn.Module):
+    """The encoder: round((x - offset) / scale) clamped to [-127, 127] (ONNX-exportable)."""
+
+    output_names = ("codes",)
+
+    def __init__(self, offset: torch.Tensor, scale: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("offset", offset.clone())
+        # a constant dimension (scale 0) always quantises to 0 and decodes to its offset
+        self.register_buffer("safe_scale", torch.where(scale > 0, scale, torch.ones_like(scale)))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        codes = torch.round((x - self.offset) / self.safe_scale).clamp(-_LEVELS, _LEVELS)
+        return (codes.to(torch.int8),)
 
 
 @hookimpl

@@ -25,8 +25,10 @@ class MRLCompressor(Compressor):
             raise ValueError(f"k={self.config.k} is longer than the embeddings (d={x.shape[1]})")
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
-        prefix = x[:, :k]
-        return DenseCodes(torch.nn.functional.normalize(prefix, dim=1).numpy())
+        return DenseCodes(_Prefix(k)(x)[0].numpy())
+
+    def _onnx_encoder(self, k: int) -> torch.nn.Module:
+        return _Prefix(k)
 
     def _budgets(self) -> Budgets:
         assert self.dim is not None
@@ -38,6 +40,19 @@ class MRLCompressor(Compressor):
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         if tensors:
             raise ValueError(f"mrl stores no tensors; found {sorted(tensors)}")
+
+
+class _Prefix(torch.nn.Module):
+    """The encoder: the first k dims, L2-normalised (ONNX-exportable)."""
+
+    output_names = ("values",)
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k = k
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        return (torch.nn.functional.normalize(x[:, : self.k], dim=1),)
 
 
 @hookimpl

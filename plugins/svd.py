@@ -49,6 +49,9 @@ class SVDCompressor(Compressor):
         values = torch.from_numpy(codes.to_dense())
         return values @ self._components[: values.shape[1]] + self._mean
 
+    def _onnx_encoder(self, k: int) -> torch.nn.Module:
+        return _Projection(self._mean, self._components[:k])
+
     def _budgets(self) -> Budgets:
         kept = self._components.shape[0]
         return Budgets(low=1, high=kept, default=kept)
@@ -67,6 +70,20 @@ class SVDCompressor(Compressor):
         """Variance along each kept component, strongest first."""
         self._require_fitted()
         return self._variance
+
+
+class _Projection(torch.nn.Module):
+    """ONNX-exportable encoder: (x - mean) @ components.T."""
+
+    output_names = ("values",)
+
+    def __init__(self, mean: torch.Tensor, components: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("mean", mean.clone())
+        self.register_buffer("components", components.clone())
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        return ((x - self.mean) @ self.components.T,)
 
 
 @hookimpl

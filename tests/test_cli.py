@@ -1,4 +1,4 @@
-"""The command line: plugins, fit, compress, info, and one-line errors with exit code 2."""
+"""The command line: plugins, fit, compress, export, info, and one-line errors with exit code 2."""
 
 from pathlib import Path
 
@@ -68,3 +68,20 @@ def test_compress_rejects_a_budget_the_model_cannot_honour(corpus: Path, tmp_pat
     result = runner.invoke(app, ["compress", "--model", str(model), "--input", str(corpus), "-o", str(tmp_path / "c.npz"), "-k", "8"])
     assert result.exit_code == 2 and "int8 has no budget" in result.output
     assert not (tmp_path / "c.npz").exists()
+
+
+@pytest.mark.slow
+def test_export_writes_an_onnx_encoder_that_matches(corpus: Path, tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    model, onnx_path = tmp_path / "svd.safetensors", tmp_path / "svd.onnx"
+    assert runner.invoke(app, ["fit", "--method", "svd", "--input", str(corpus), "-o", str(model)]).exit_code == 0
+    result = runner.invoke(app, ["export", "--model", str(model), "-o", str(onnx_path), "-k", "6", "--sample", str(corpus)])
+    assert result.exit_code == 0, result.output
+    assert "onnxruntime parity on 100 rows" in result.output
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    x = np.load(corpus)
+    (values,) = session.run(None, {"embeddings": x})
+    np.testing.assert_allclose(values, adaptemb.load(model).encode(x, k=6).to_dense(), atol=1e-5)

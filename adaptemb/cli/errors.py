@@ -12,7 +12,7 @@ import typer
 from adaptemb.errors import AdaptembError
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-USER_ERRORS = (AdaptembError, ValueError, TypeError, KeyError, FileNotFoundError, IsADirectoryError)
+USER_ERRORS = (AdaptembError, ValueError, TypeError, KeyError, FileNotFoundError, IsADirectoryError, ModuleNotFoundError)
 
 
 def friendly_errors(command: _F) -> _F:

@@ -1,4 +1,4 @@
-"""Commands that manage compressors: plugins, fit, compress, info."""
+"""Commands that manage compressors: plugins, fit, compress, export, info."""
 
 from __future__ import annotations
 
@@ -79,6 +79,23 @@ def compress_command(
         f"wrote {len(codes)} {codes.kind} codes (dim {codes.dim}) to {output}: "
         f"{codes.bytes_per_vector:.1f} bytes per vector, {codes.nbytes} bytes in all"
     )
+
+
+@app.command("export")
+@friendly_errors
+def export_command(
+    model: Annotated[Path, typer.Option("--model", help="A fitted compressor file from `adaptemb fit`.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the ONNX encoder (.onnx).")],
+    k: Annotated[Optional[int], typer.Option("--k", "-k", help="Budget the encoder emits (default: the method's).")] = None,
+    sample: Annotated[
+        Optional[Path], typer.Option("--sample", help="Embeddings to check onnxruntime parity on (default: random rows).")
+    ] = None,
+    key: KeyOption = None,
+) -> None:
+    """Export a fitted compressor's encoder to ONNX, checked against onnxruntime before it is written."""
+    rows = load_embeddings(sample, key=key) if sample is not None else None
+    parity = load(model).export_onnx(output, k=k, sample=rows)
+    console.print(f"wrote {output}; {parity}")
 
 
 @app.command("info")
