@@ -99,29 +99,40 @@ def sort_candidates(scores: np.ndarray, ids: np.ndarray, k: int) -> SearchResult
 
 
 def threshold_top_k(scores: np.ndarray, k: int, chunk: int = 1024) -> SearchResult:
-    """Exact top-``k`` of each row of a wide (b, n) score matrix, faster than a full partition.
+    """Exact top-``k`` of each row of a wide (b, n) score matrix, much faster than a full partition.
 
-    The k-th largest of the per-chunk maxima is a lower bound on each row's k-th best score, so only
-    entries at or above it can be in the top k; those few candidates are sorted exactly. Ties go to
-    the lower column id, as in ``adaptemb.ranking.top_k``.
+    Each row is cut into chunks of ``chunk`` columns. The k-th largest chunk maximum is a lower bound on
+    the row's k-th best score, so only chunks whose maximum reaches it can hold top-k entries; only
+    those few chunks are scanned and their candidates sorted exactly. Ties go to the lower column id,
+    as in ``adaptemb.ranking.top_k``.
     """
     b, n = scores.shape
     if n // chunk < 4 * k:
         return exact_top_k(scores, k)
     whole = n // chunk * chunk
-    maxima = scores[:, :whole].reshape(b, -1, chunk).max(axis=2)
-    if whole < n:
+    blocks = scores[:, :whole].reshape(b, -1, chunk)
+    maxima = blocks.max(axis=2)
+    if whole < n:  # the ragged tail is one more (shorter) chunk
         maxima = np.concatenate([maxima, scores[:, whole:].max(axis=1, keepdims=True)], axis=1)
     bound = np.partition(maxima, maxima.shape[1] - k, axis=1)[:, maxima.shape[1] - k]
-    rows, cols = np.nonzero(scores >= bound[:, None])
-    counts = np.bincount(rows, minlength=b)
-    if counts.max() > n // 8:  # a flat row (e.g. many zeros): the filter does not pay off
+    rows, chunks = np.nonzero(maxima >= bound[:, None])
+    if len(rows) * chunk > n * b // 8:  # flat rows (e.g. many zeros): the filter does not pay off
         return exact_top_k(scores, k)
-    cand = scores[rows, cols]
-    order = np.lexsort((cols, -cand, rows))
+    full = chunks < blocks.shape[1]
+    picked = blocks[rows[full], chunks[full]]  # (m, chunk)
+    hit_r, hit_c = np.nonzero(picked >= bound[rows[full]][:, None])
+    cand_rows = [rows[full][hit_r]]
+    cand_cols = [chunks[full][hit_r] * chunk + hit_c]
+    for r in rows[~full]:
+        tail = np.flatnonzero(scores[r, whole:] >= bound[r]) + whole
+        cand_rows.append(np.full(len(tail), r)), cand_cols.append(tail)
+    cand_r, cand_c = np.concatenate(cand_rows), np.concatenate(cand_cols)
+    cand = scores[cand_r, cand_c]
+    order = np.lexsort((cand_c, -cand, cand_r))
+    counts = np.bincount(cand_r, minlength=b)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     pick = order[starts[:, None] + np.arange(k)]
-    return cand[pick], cols[pick].astype(np.int64)
+    return cand[pick], cand_c[pick].astype(np.int64)
 
 
 def torch_top_k(scores: torch.Tensor, k: int) -> SearchResult:

@@ -85,18 +85,20 @@ class SparseIndex(_SparseDocs):
         if self._engine == "torch":
             dense = torch.from_numpy(q.toarray()).to(self.device)
             return torch_top_k(self._torch_scores(dense), top_k)
-        block = rows_per_block(4 * len(self), cap=len(queries))
-        parts = [self._posting_block(q[s : s + block], top_k) for s in range(0, q.shape[0], block)]
+        parts = [self._posting_query(q, row, top_k) for row in range(q.shape[0])]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
-    def _posting_block(self, q: sp.csr_matrix, top_k: int) -> SearchResult:
-        scores = np.zeros((q.shape[0], len(self)), dtype=np.float32)
-        for row in range(q.shape[0]):
-            lo, hi = q.indptr[row], q.indptr[row + 1]
-            if hi > lo:
-                lists = self._postings[q.indices[lo:hi]]  # the query's posting lists, (k, n)
-                scores[row] = lists.T @ q.data[lo:hi]  # scatter-add along each posting list
-        return threshold_top_k(scores, top_k)
+    def _posting_query(self, q: sp.csr_matrix, row: int, top_k: int) -> SearchResult:
+        """One query: scatter-add its posting lists into a score row, then the row's exact top-k.
+
+        Query by query, so the (n,) score row is still in cache when its top-k is selected.
+        """
+        lo, hi = q.indptr[row], q.indptr[row + 1]
+        if hi == lo:
+            return threshold_top_k(np.zeros((1, len(self)), dtype=np.float32), top_k)
+        lists = self._postings[q.indices[lo:hi]]  # the query's posting lists, (k, n)
+        scores = np.asarray(lists.T @ q.data[lo:hi], dtype=np.float32)  # scatter-add along each list
+        return threshold_top_k(scores[None, :], top_k)
 
 
 class AsymmetricIndex(_SparseDocs):
@@ -110,6 +112,10 @@ class AsymmetricIndex(_SparseDocs):
 
     def _store(self, csr: sp.csr_matrix) -> None:
         self._docs_csr = csr
+
+    @property
+    def backend(self) -> str:
+        return "torch-sparse-csr" if self._engine == "torch" else "scipy-csr"
 
     def _search_batch(self, queries: Codes, top_k: int) -> SearchResult:
         assert isinstance(queries, DenseCodes)

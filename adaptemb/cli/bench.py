@@ -1,0 +1,79 @@
+"""``adaptemb bench``: every method × budget on one dataset: quality, storage, latency; table, JSON, CSV, plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from adaptemb.cli import app
+from adaptemb.cli.errors import friendly_errors
+
+DEFAULT_METHODS = ("svd", "mrl", "int8", "binary", "csr", "bsa")
+"""Preferred default set; only the registered ones run."""
+DEFAULT_BUDGETS = "16,32,64,128"
+
+
+def parse_ints(text: str, what: str) -> list[int]:
+    """``"16,64"`` → ``[16, 64]``; a clear error for anything else."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"{what} must be a comma-separated list of integers, e.g. 16,64; got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"{what} must list positive integers; got {text!r}")
+    return values
+
+
+def default_methods() -> list[str]:
+    """The registered methods among ``DEFAULT_METHODS``."""
+    from adaptemb.registry import get_registry
+
+    registered = get_registry()
+    return [name for name in DEFAULT_METHODS if name in registered]
+
+
+@app.command("bench")
+@friendly_errors
+def bench_command(
+    data: Annotated[str, typer.Option("--data", help="Dataset file, folder or built-in name.")] = "default",
+    methods: Annotated[Optional[str], typer.Option(
+        "--methods", help=f"Comma list of registered methods (default: those of {','.join(DEFAULT_METHODS)} that are registered).")] = None,
+    budgets: Annotated[str, typer.Option("--budgets", help="Comma list of budgets k (active dims).")] = DEFAULT_BUDGETS,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    out: Annotated[Path, typer.Option("--out", help="Folder for results.json/.csv, plots and report.md.")] = Path("bench-results"),
+    rerank: Annotated[bool, typer.Option("--rerank", help="Add funnel rows: shortlist with codes, rerank with float32 / int8.")] = False,
+    shortlist: Annotated[int, typer.Option("--shortlist", min=1, help="Shortlist size for --rerank.")] = 100,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed for fitting and sampling.")] = 0,
+    scale: Annotated[bool, typer.Option("--scale", help="Also sweep database size with synthetic codes (dense vs sparse).")] = False,
+    scale_sizes: Annotated[str, typer.Option("--scale-sizes", help="Database sizes for --scale.")] = "10000,100000,300000",
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Timed rounds per latency measurement.")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Warm-up rounds before timing.")] = 1,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Queries per timed batch.")] = 512,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final table (no progress).")] = False,
+) -> None:
+    """Benchmark compression methods on a dataset: NDCG@10, recall, MRR, 1-NN, bytes/vector, latency."""
+    from adaptemb.datasets import load_dataset
+    from adaptemb.evaluate.latency import scale_sweep
+    from adaptemb.evaluate.report import print_table, write_report
+    from adaptemb.evaluate.runner import BenchConfig, check_methods, run_bench
+
+    console = Console(stderr=True, quiet=quiet)
+    names = [m.strip() for m in methods.split(",") if m.strip()] if methods is not None else default_methods()
+    if not names:
+        raise ValueError("--methods is empty; name at least one registered method")
+    check_methods(names)
+    config = BenchConfig(methods=names, budgets=parse_ints(budgets, "--budgets"), device=device, rerank=rerank,
+                         shortlist=shortlist, seed=seed, rounds=rounds, warmup=warmup, batch_size=batch_size)
+    progress = (lambda msg: console.print(f"[dim]… {msg}[/dim]"))
+    progress(f"loading dataset {data}")
+    dataset = load_dataset(data, seed=seed, progress=not quiet)
+    result = run_bench(dataset, config, progress=progress)
+    if scale:
+        result.scale = scale_sweep(parse_ints(scale_sizes, "--scale-sizes"), device=device, batch_size=batch_size,
+                                   warmup=warmup, rounds=min(rounds, 3), seed=seed, progress=progress)
+    files = write_report(result, out)
+    print_table(result, Console())
+    Console().print(f"wrote {', '.join(str(p) for p in files.values())}")

@@ -1,0 +1,173 @@
+"""Bench output: a rich terminal table, JSON and CSV (every number + the machine), PNG plots, a Markdown report."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 - after selecting the headless backend
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from adaptemb.evaluate.machine import describe  # noqa: E402
+from adaptemb.evaluate.runner import BenchResult, Row  # noqa: E402
+
+# (column title, row key, format) shown in the terminal and Markdown tables
+COLUMNS: list[tuple[str, str, str]] = [
+    ("method", "method", "{}"),
+    ("k", "k", "{}"),
+    ("variant", "variant", "{}"),
+    ("NDCG@10", "ndcg_at_10", "{:.4f}"),
+    ("R@10", "recall_at_10", "{:.4f}"),
+    ("R@100", "recall_at_100", "{:.4f}"),
+    ("MRR@10", "mrr_at_10", "{:.4f}"),
+    ("NN-R@10", "neighbour_recall_at_10", "{:.3f}"),
+    ("1-NN acc", "one_nn_accuracy", "{:.4f}"),
+    ("bytes/vec", "bytes_per_vector", "{:.1f}"),
+    ("ratio", "compression_ratio", "{:.1f}x"),
+    ("ms/query", "latency_per_query_ms", "{:.4f}"),
+    ("batch p10–p90 s", "_spread", "{}"),
+    ("fit s", "fit_s", "{:.2f}"),
+]
+_MACHINE_COLUMNS = ("cpu", "cpu_cores_usable", "gpu")
+
+
+def _cell(row: Row, key: str, fmt: str) -> str:
+    if key == "_spread":
+        return f"{row['latency_p10_s']:.4f}–{row['latency_p90_s']:.4f}"
+    value = row.get(key)
+    if value is None:
+        return "—" if key != "k" else "fixed" if row.get("method") != "float32" else "—"
+    return fmt.format(value)
+
+
+def print_table(result: BenchResult, console: Console | None = None) -> None:
+    """The rows as a rich table, with the dataset and machine in the title."""
+    console = console or Console()
+    d = result.dataset
+    table = Table(title=f"adaptemb bench — {d['name']} ({d['corpus']:,} docs, {d['queries']:,} queries, d={d['dim']})",
+                  caption=f"{describe(result.machine)}; whole run {result.total_s:.1f}s")
+    for title, key, _ in COLUMNS:
+        table.add_column(title, justify="left" if key in ("method", "variant") else "right")
+    for row in result.rows:
+        table.add_row(*(_cell(row, key, fmt) for _, key, fmt in COLUMNS))
+    console.print(table)
+    for note in result.notes:
+        console.print(f"[dim]note: {note}[/dim]")
+
+
+def write_json(result: BenchResult, path: Path) -> Path:
+    """Everything: dataset, config, machine, rows (with fit reports), notes, scale sweep."""
+    path.write_text(json.dumps(result.as_dict(), indent=2, default=str) + "\n")
+    return path
+
+
+def write_csv(result: BenchResult, path: Path) -> Path:
+    """One line per row with every number, plus the machine and library versions on each line."""
+    keys: list[str] = []
+    for row in result.rows:
+        keys.extend(k for k in row if k not in keys and k != "fit_report")
+    machine = {f"machine_{k}": _flat(result.machine.get(k)) for k in _MACHINE_COLUMNS}
+    machine.update({f"version_{k}": v for k, v in result.machine["versions"].items()})
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[*keys, "dataset", *machine])
+        writer.writeheader()
+        for row in result.rows:
+            writer.writerow({**{k: row.get(k) for k in keys}, "dataset": result.dataset["name"], **machine})
+    return path
+
+
+def _flat(value: Any) -> Any:
+    return value["name"] if isinstance(value, dict) and "name" in value else value
+
+
+def _series(result: BenchResult) -> dict[str, list[Row]]:
+    lines: dict[str, list[Row]] = {}
+    for row in result.rows:
+        label = row["method"] if row["variant"] in ("codes", "reference") else f"{row['method']}+{row['variant']}"
+        lines.setdefault(label, []).append(row)
+    return lines
+
+
+def plot_quality(result: BenchResult, path: Path, *, x: str, xlabel: str, metric: str = "ndcg_at_10") -> Path:
+    """Quality (``metric``) against ``x`` (a row key), one line per method (log x axis)."""
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for label, rows in _series(result).items():
+        points = sorted((r[x], r[metric]) for r in rows if r.get(x) is not None and r.get(metric) is not None)
+        if not points:
+            continue
+        xs, ys = zip(*points)
+        style = {"marker": "*", "markersize": 12, "linestyle": "none", "color": "black"} if label == "float32" else {"marker": "o"}
+        ax.plot(xs, ys, label=label, **style)
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(metric.replace("_at_", "@").upper().replace("NDCG", "NDCG"))
+    ax.set_title(f"{result.dataset['name']}: {metric} vs {xlabel}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_scale(result: BenchResult, path: Path) -> Path:
+    """Search latency per query against database size, dense vs sparse (the scale sweep)."""
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    for kind in sorted({r["kind"] for r in result.scale}):
+        rows = sorted((r["n"], r["per_query_ms"]) for r in result.scale if r["kind"] == kind)
+        ax.plot(*zip(*rows), marker="o", label=kind)
+    ax.set_xscale("log"), ax.set_yscale("log")
+    ax.set_xlabel("database rows"), ax.set_ylabel("ms per query (median, batch of 512)")
+    ax.grid(True, which="both", alpha=0.3), ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def markdown_table(rows: list[Row]) -> str:
+    """The rows as a GitHub Markdown table."""
+    lines = ["| " + " | ".join(t for t, _, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_cell(r, k, f) for _, k, f in COLUMNS) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_markdown(result: BenchResult, path: Path, files: dict[str, Path]) -> Path:
+    """A short report: dataset, machine, table, notes, and links to the plots and data files."""
+    d, m = result.dataset, result.machine
+    parts = [
+        f"# adaptemb bench: {d['name']}",
+        f"{d['corpus']:,} corpus rows, {d['queries']:,} queries ({d['judged_queries']:,} with a relevant row), d={d['dim']}.",
+        f"Machine: {describe(m)}; load average at the end {m.get('load_average')}. Device: {result.rows[0]['device']}. "
+        f"Whole run: {result.total_s:.1f}s.",
+        "", markdown_table(result.rows), "",
+    ]
+    parts += [f"- note: {n}" for n in result.notes]
+    parts += ["", "## Plots", ""]
+    parts += [f"![{name}]({p.name})" for name, p in files.items() if p.suffix == ".png"]
+    parts += ["", "## Files", ""] + [f"- [{p.name}]({p.name})" for p in files.values() if p.suffix != ".png"]
+    path.write_text("\n".join(parts) + "\n")
+    return path
+
+
+def write_report(result: BenchResult, out_dir: Path) -> dict[str, Path]:
+    """Write JSON, CSV, the PNG plots and ``report.md`` into ``out_dir``; return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {
+        "json": write_json(result, out_dir / "results.json"),
+        "csv": write_csv(result, out_dir / "results.csv"),
+        "quality_vs_bytes": plot_quality(result, out_dir / "quality_vs_bytes.png", x="bytes_per_vector",
+                                         xlabel="bytes per vector"),
+        "quality_vs_latency": plot_quality(result, out_dir / "quality_vs_latency.png", x="latency_per_query_ms",
+                                           xlabel="ms per query"),
+    }
+    if result.scale:
+        files["scale"] = plot_scale(result, out_dir / "scale.png")
+    files["markdown"] = write_markdown(result, out_dir / "report.md", files)
+    return files

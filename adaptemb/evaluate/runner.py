@@ -1,0 +1,322 @@
+"""Bench orchestration: every method × budget on one dataset → quality, storage and latency rows.
+
+Per method: fit once on the corpus (one fit serves every budget of an adaptive method; a method whose
+fitted budget range is a single ``k`` but which has a ``k`` parameter is refitted per budget), then
+per budget: encode corpus and queries, search through ``adaptemb.index`` (checked against the method's
+own ``score``; the generic ``ScoreIndex`` is used when no backend fits), compute the metrics, read the
+storage from the codes, and time the search with the latency protocol. Plus a full-precision reference
+row and, with ``rerank``, funnel rows (shortlist with the codes, rerank with float32 or int8 vectors).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from adaptemb.api import get_compressor
+from adaptemb.codes import Codes, DenseCodes
+from adaptemb.compressor import Compressor
+from adaptemb.datasets import Dataset
+from adaptemb.evaluate.latency import query_batch, summarize, time_rounds, time_search, timed
+from adaptemb.evaluate.machine import machine_info
+from adaptemb.evaluate.metrics import evaluate_ranking, nearest_excluding_self, neighbour_recall_at_k, one_nn_accuracy
+from adaptemb.index import FunnelIndex, ScoreIndex, build_index, resolve_device
+from adaptemb.ranking import top_k
+from adaptemb.registry import get_registry
+
+Row = dict[str, Any]
+REFERENCE = "float32"
+_CHECK_QUERIES = 8
+
+
+@dataclass
+class BenchConfig:
+    """What to run. ``rerank_stores``: ``"float32"`` and/or names of registered fixed-size methods
+    (e.g. ``"int8"``) whose ``to_dense()`` codes live in the embedding space."""
+
+    methods: list[str]
+    budgets: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
+    device: str = "auto"
+    rerank: bool = False
+    rerank_stores: tuple[str, ...] = ("float32", "int8")
+    shortlist: int = 100
+    depth: int = 100
+    seed: int = 0
+    batch_size: int = 512
+    warmup: int = 1
+    rounds: int = 5
+    loo_queries: int = 1000
+    method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class BenchResult:
+    """Everything a bench run measured; ``rows`` are flat JSON-ready dicts, one per method × budget."""
+
+    dataset: dict[str, Any]
+    config: dict[str, Any]
+    machine: dict[str, Any]
+    rows: list[Row]
+    notes: list[str]
+    total_s: float = 0.0
+    scale: list[Row] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class _Context:
+    """The dataset prepared once for every method."""
+
+    data: Dataset
+    config: BenchConfig
+    device: str
+    corpus: np.ndarray
+    queries: np.ndarray
+    exact_ids: np.ndarray
+    loo_rows: np.ndarray | None
+    progress: Callable[[str], None]
+    notes: list[str]
+    stores: dict[str, Codes | np.ndarray] = field(default_factory=dict)
+
+
+def check_methods(methods: list[str]) -> None:
+    """Raise ``UnknownCompressorError`` (listing the registered ones) for any unknown method."""
+    registry = get_registry()
+    for name in methods:
+        registry.get(name)
+
+
+def run_bench(data: Dataset, config: BenchConfig, progress: Callable[[str], None] | None = None) -> BenchResult:
+    """Run every method × budget of ``config`` on ``data`` and return the rows."""
+    check_methods(config.methods)
+    if config.depth < 10 or config.shortlist < 1:
+        raise ValueError("depth must be >= 10 and shortlist >= 1")
+    start = time.perf_counter()
+    ctx = _prepare(data, config, progress or (lambda _msg: None))
+    rows = [_reference_row(ctx)]
+    for name in config.methods:
+        rows.extend(_bench_method(name, ctx))
+    return BenchResult(
+        dataset=_dataset_info(data),
+        config={k: v for k, v in asdict(config).items()},
+        machine=machine_info(),
+        rows=rows,
+        notes=ctx.notes,
+        total_s=time.perf_counter() - start,
+    )
+
+
+def _prepare(data: Dataset, config: BenchConfig, progress: Callable[[str], None]) -> _Context:
+    corpus = np.ascontiguousarray(data.corpus, dtype=np.float32)
+    queries = np.ascontiguousarray(data.queries, dtype=np.float32)
+    loo = None
+    if data.labels is not None and data.query_labels is None:
+        count = min(config.loo_queries, len(corpus))
+        loo = np.sort(np.random.default_rng(config.seed).choice(len(corpus), size=count, replace=False))
+    ctx = _Context(data, config, resolve_device(config.device), corpus, queries, np.empty((0, 10)), loo, progress, [])
+    return ctx
+
+
+def _dataset_info(data: Dataset) -> dict[str, Any]:
+    judged = int((np.asarray((data.qrels > 0).sum(axis=1)).ravel() > 0).sum())
+    return {
+        "name": data.name, "corpus": len(data.corpus), "queries": len(data.queries), "dim": data.dim,
+        "judged_queries": judged, "labels": data.labels is not None, "query_labels": data.query_labels is not None,
+        "description": data.description,
+    }
+
+
+# -- rows -----------------------------------------------------------------------------------------
+
+
+def _reference_row(ctx: _Context) -> Row:
+    ctx.progress(f"{REFERENCE}: exact search on the full-precision embeddings")
+    docs, queries = DenseCodes(ctx.corpus), DenseCodes(ctx.queries)
+    index = build_index(docs, device=ctx.device)
+    _, ids = index.search(queries, ctx.config.depth)
+    ctx.exact_ids = ids[:, :10]
+    loo = DenseCodes(ctx.corpus[ctx.loo_rows]) if ctx.loo_rows is not None else None
+    row = _measure(ctx, index, queries, ids, docs, loo)
+    return {"method": REFERENCE, "k": None, "variant": "reference", **row, "fit_s": 0.0, "encode_vectors_per_s": None,
+            "note": "exact inner product on the float32 embeddings"}
+
+
+def _bench_method(name: str, ctx: _Context) -> list[Row]:
+    rows: list[Row] = []
+    for compressor, k, fit_s in _fitted_budgets(name, ctx):
+        ctx.progress(f"{name}: k={k if k is not None else 'fixed'} encode, search, time")
+        try:
+            rows.extend(_bench_budget(compressor, k, fit_s, ctx))
+        except (ValueError, TypeError, NotImplementedError, RuntimeError) as err:
+            ctx.notes.append(f"{name} k={k}: skipped, {type(err).__name__}: {err}")
+    return rows
+
+
+def _fitted_budgets(name: str, ctx: _Context) -> list[tuple[Compressor, int | None, float]]:
+    """(fitted compressor, budget, fit seconds) for each budget this method can honour."""
+    params = {"seed": ctx.config.seed, **ctx.config.method_params.get(name, {})}
+    compressor = get_compressor(name, **params)
+    ctx.progress(f"{name}: fit on {len(ctx.corpus):,} × {ctx.corpus.shape[1]}")
+    _, fit_s = timed(lambda: compressor.fit(ctx.corpus))
+    budgets = compressor.budgets()
+    retrainable = "k" in type(compressor).Config.model_fields
+    if budgets.fixed and not retrainable:
+        ctx.notes.append(f"{name}: fixed size (no budget); one row at all {budgets.high} dims")
+        return [(compressor, None, fit_s)]
+    plan: list[tuple[Compressor, int | None, float]] = []
+    for k in ctx.config.budgets:
+        if budgets.low <= k <= budgets.high:
+            plan.append((compressor, k, fit_s))
+        elif budgets.fixed:  # one fit per budget: refit with this k
+            plan.append(_refit(name, params, k, ctx))
+        else:
+            ctx.notes.append(f"{name}: budget k={k} skipped (valid budgets {budgets.low}..{budgets.high})")
+    return [p for p in plan if p[0] is not None]
+
+
+def _refit(name: str, params: dict[str, Any], k: int, ctx: _Context) -> tuple[Any, int | None, float]:
+    try:
+        compressor = get_compressor(name, **{**params, "k": k})
+        _, fit_s = timed(lambda: compressor.fit(ctx.corpus))
+        return compressor, k, fit_s
+    except ValueError as err:
+        ctx.notes.append(f"{name}: budget k={k} skipped ({err})")
+        return None, k, 0.0
+
+
+def _bench_budget(compressor: Compressor, k: int | None, fit_s: float, ctx: _Context) -> list[Row]:
+    doc_codes, encode_s = timed(lambda: compressor.encode(ctx.corpus, k=k))
+    query_codes = compressor.encode_queries(ctx.queries, k=k)
+    index = _index_for(compressor, query_codes, doc_codes, ctx)
+    _, ids = index.search(query_codes, ctx.config.depth)
+    loo = compressor.encode_queries(ctx.corpus[ctx.loo_rows], k=k) if ctx.loo_rows is not None else None
+    base = {
+        "method": compressor.name, "k": k, "fit_s": fit_s, "encode_vectors_per_s": len(ctx.corpus) / max(encode_s, 1e-9),
+        "fit_report": _jsonable(compressor.fit_report),
+    }
+    rows = [{**base, "variant": "codes", **_measure(ctx, index, query_codes, ids, doc_codes, loo), "note": ""}]
+    if ctx.config.rerank:
+        rows.extend(_rerank_rows(compressor, index, query_codes, doc_codes, base, ctx))
+    return rows
+
+
+def _index_for(compressor: Compressor, queries: Codes, docs: Codes, ctx: _Context) -> Any:
+    """The specialised backend when one exists and agrees with ``compressor.score``; else ``ScoreIndex``."""
+    check = queries[np.arange(min(_CHECK_QUERIES, len(queries)))]
+    want, _ = top_k(np.asarray(compressor.score(check, docs), dtype=np.float32), min(10, len(docs)))
+    try:
+        index = build_index(docs, query_kind=queries.kind, device=ctx.device)
+        got, _ = index.search(check, min(10, len(docs)))
+        if np.allclose(got, want, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(want).max()))):
+            return index
+        reason = "its scores differ from the method's own score()"
+    except (ValueError, TypeError) as err:
+        reason = str(err)
+    ctx.notes.append(f"{compressor.name}: searched by brute force through score() ({reason})")
+    return ScoreIndex(docs, compressor.score, query_batch=ctx.config.batch_size)
+
+
+def _measure(ctx: _Context, index: Any, queries: Codes, ids: np.ndarray, docs: Codes, loo: Codes | None) -> Row:
+    metrics = evaluate_ranking(ids, ctx.data.qrels).as_dict()
+    latency = time_search(index.search, queries, batch_size=ctx.config.batch_size, warmup=ctx.config.warmup,
+                          rounds=ctx.config.rounds)
+    dim = ctx.corpus.shape[1]
+    return {
+        **metrics,
+        "neighbour_recall_at_10": float(np.mean(neighbour_recall_at_k(ids, ctx.exact_ids, 10))) if len(ctx.exact_ids) else 1.0,
+        "one_nn_accuracy": _one_nn(ctx, index, ids, loo),
+        "code_kind": docs.kind, "query_kind": queries.kind, "code_dim": docs.dim,
+        "active_dims": float(np.mean(docs.active_counts())),
+        "bytes_per_vector": docs.bytes_per_vector, "compression_ratio": 4.0 * dim / docs.bytes_per_vector,
+        "backend": getattr(index, "backend", type(index).__name__), "device": ctx.device,
+        **{f"latency_{key}": value for key, value in latency.as_dict().items()},
+    }
+
+
+def _one_nn(ctx: _Context, index: Any, ids: np.ndarray, loo: Codes | None) -> float | None:
+    data = ctx.data
+    if data.labels is None:
+        return None
+    if data.query_labels is not None:
+        return one_nn_accuracy(ids[:, 0], data.labels, data.query_labels)
+    assert loo is not None and ctx.loo_rows is not None
+    _, near = index.search(loo, 2)
+    return one_nn_accuracy(nearest_excluding_self(near, ctx.loo_rows), data.labels, data.labels[ctx.loo_rows])
+
+
+# -- funnel rows ----------------------------------------------------------------------------------
+
+
+def _rerank_rows(compressor: Compressor, index: Any, queries: Codes, docs: Codes, base: Row, ctx: _Context) -> list[Row]:
+    rows = []
+    for store_name in ctx.config.rerank_stores:
+        if store_name == compressor.name:
+            continue
+        store = _rerank_store(store_name, ctx)
+        if store is None:
+            continue
+        funnel = FunnelIndex(index, store, shortlist=ctx.config.shortlist)
+        _, ids = funnel.search(queries, ctx.queries, ctx.config.depth)
+        row = _measure_funnel(ctx, funnel, queries, ids, docs, store)
+        rows.append({**base, "variant": f"rerank-{store_name}", **row,
+                     "note": f"shortlist {ctx.config.shortlist} by {compressor.name} codes, rerank with {store_name}"})
+    return rows
+
+
+def _rerank_store(name: str, ctx: _Context) -> Codes | np.ndarray | None:
+    if name not in ctx.stores:
+        if name == REFERENCE:
+            ctx.stores[name] = ctx.corpus
+        elif name not in get_registry():
+            ctx.notes.append(f"rerank store {name!r} is not a registered method; skipped")
+            return None
+        else:
+            codes = get_compressor(name, seed=ctx.config.seed).fit(ctx.corpus).encode(ctx.corpus)
+            if codes.dim != ctx.corpus.shape[1]:
+                ctx.notes.append(f"rerank store {name!r} does not keep the embedding space; skipped")
+                return None
+            ctx.stores[name] = codes
+    return ctx.stores[name]
+
+
+def _measure_funnel(ctx: _Context, funnel: FunnelIndex, queries: Codes, ids: np.ndarray, docs: Codes,
+                    store: Codes | np.ndarray) -> Row:
+    rows = np.arange(ctx.config.batch_size) % len(queries)
+    batch_codes, batch_float = query_batch(queries, ctx.config.batch_size), ctx.queries[rows]
+    times = time_rounds(lambda: funnel.search(batch_codes, batch_float, 10), warmup=ctx.config.warmup,
+                        rounds=ctx.config.rounds)
+    latency = summarize(times, batch_size=ctx.config.batch_size, warmup=ctx.config.warmup)
+    store_bytes = store.bytes_per_vector if isinstance(store, Codes) else 4.0 * store.shape[1]
+    total = docs.bytes_per_vector + store_bytes
+    return {
+        **evaluate_ranking(ids, ctx.data.qrels).as_dict(),
+        "neighbour_recall_at_10": float(np.mean(neighbour_recall_at_k(ids, ctx.exact_ids, 10))),
+        "one_nn_accuracy": one_nn_accuracy(ids[:, 0], ctx.data.labels, ctx.data.query_labels)
+        if ctx.data.labels is not None and ctx.data.query_labels is not None else None,
+        "code_kind": docs.kind, "query_kind": queries.kind, "code_dim": docs.dim,
+        "active_dims": float(np.mean(docs.active_counts())),
+        "bytes_per_vector": total, "compression_ratio": 4.0 * ctx.corpus.shape[1] / total,
+        "backend": f"funnel({getattr(funnel.first, 'backend', '?')})", "device": ctx.device,
+        **{f"latency_{key}": value for key, value in latency.as_dict().items()},
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    """A JSON-ready copy of a fit report (dataclasses, numpy and torch scalars become plain values)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "__dataclass_fields__"):
+        return _jsonable(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "tolist"):
+        return _jsonable(value.tolist())
+    return str(value)

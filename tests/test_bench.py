@@ -1,0 +1,217 @@
+"""``adaptemb bench`` end to end on a tiny dataset file, and the runner on methods with custom scoring."""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import adaptemb
+from adaptemb import Budgets, Codes, Compressor, DenseCodes, SparseCodes
+from adaptemb.cli import app
+from adaptemb.cli import commands  # noqa: F401  registers the commands
+from adaptemb.datasets import Dataset
+from adaptemb.evaluate.runner import BenchConfig, run_bench
+from adaptemb.registry import CompressorRegistry
+
+runner = CliRunner()
+N, Q, D = 400, 60, 32
+
+
+def _arrays(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    corpus = rng.standard_normal((N, D)).astype(np.float32)
+    corpus /= np.linalg.norm(corpus, axis=1, keepdims=True)
+    gold = rng.choice(N, Q, replace=False)
+    queries = corpus[gold] + 0.12 * rng.standard_normal((Q, D)).astype(np.float32)
+    labels = rng.integers(0, 5, N)
+    return {"corpus": corpus, "queries": queries.astype(np.float32), "gold": gold, "labels": labels,
+            "query_labels": labels[gold]}
+
+
+@pytest.fixture(scope="module")
+def bench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One CLI run shared by the checks below."""
+    tmp = tmp_path_factory.mktemp("bench")
+    np.savez(tmp / "tiny.npz", **_arrays())
+    out = tmp / "out"
+    result = runner.invoke(app, ["bench", "--data", str(tmp / "tiny.npz"), "--methods", "svd,mrl,int8", "--budgets",
+                                 "8,16,64", "--out", str(out), "--rounds", "1", "--warmup", "0", "--batch-size", "32",
+                                 "--device", "cpu", "--rerank", "--quiet"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def _independent_ndcg(scores: np.ndarray, gold: np.ndarray) -> float:
+    """One relevant row per query: NDCG@10 = 1 / log2(rank + 1) when its 1-based rank is <= 10."""
+    order = np.argsort(-scores, axis=1, kind="stable")
+    ranks = np.argmax(order == gold[:, None], axis=1) + 1
+    return float(np.mean(np.where(ranks <= 10, 1.0 / np.log2(ranks + 1), 0.0)))
+
+
+def test_bench_writes_every_output(bench_dir: Path) -> None:
+    for name in ("results.json", "results.csv", "quality_vs_bytes.png", "quality_vs_latency.png", "report.md"):
+        assert (bench_dir / name).is_file(), name
+    for png in bench_dir.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = (bench_dir / "report.md").read_text()
+    assert "(quality_vs_bytes.png)" in report and "(quality_vs_latency.png)" in report
+    header = (bench_dir / "results.csv").read_text().splitlines()[0]
+    assert "ndcg_at_10" in header and "bytes_per_vector" in header and "machine_cpu" in header
+
+
+def test_bench_rows_name_method_and_budget(bench_dir: Path) -> None:
+    result = json.loads((bench_dir / "results.json").read_text())
+    codes = [(r["method"], r["k"]) for r in result["rows"] if r["variant"] in ("codes", "reference")]
+    assert codes == [("float32", None), ("svd", 8), ("svd", 16), ("mrl", 8), ("mrl", 16), ("int8", None)]
+    assert any("k=64 skipped" in note for note in result["notes"])  # k > d for svd and mrl
+    assert result["machine"]["versions"]["faiss"] and result["machine"]["cpu"]
+    rows = {(r["method"], r["k"], r["variant"]): r for r in result["rows"]}
+    assert rows[("svd", 8, "codes")]["bytes_per_vector"] == 8 * 4
+    assert rows[("svd", 8, "codes")]["compression_ratio"] == pytest.approx(D * 4 / 32)
+    assert rows[("int8", None, "codes")]["bytes_per_vector"] == D
+    # a funnel row pays for its codes and for its rerank store
+    assert rows[("svd", 8, "rerank-float32")]["bytes_per_vector"] == 8 * 4 + D * 4
+    assert rows[("svd", 8, "rerank-int8")]["bytes_per_vector"] == 8 * 4 + D
+    for row in result["rows"]:
+        assert row["latency_median_s"] > 0 and row["latency_batch_size"] == 32
+        assert 0.0 <= row["ndcg_at_10"] <= 1.0
+
+
+def test_bench_ndcg_equals_an_independent_numpy_computation(bench_dir: Path) -> None:
+    arrays = _arrays()
+    result = json.loads((bench_dir / "results.json").read_text())
+    for row in result["rows"]:
+        if row["variant"] == "reference":
+            scores = arrays["queries"] @ arrays["corpus"].T
+        elif row["variant"] == "codes":
+            compressor = adaptemb.get_compressor(row["method"], seed=0).fit(arrays["corpus"])
+            docs = compressor.encode(arrays["corpus"], k=row["k"]).to_dense()
+            scores = compressor.encode_queries(arrays["queries"], k=row["k"]).to_dense() @ docs.T
+        else:
+            continue
+        assert row["ndcg_at_10"] == pytest.approx(_independent_ndcg(scores, arrays["gold"]), abs=1e-6), row["method"]
+        nearest = np.argmax(scores, axis=1)
+        assert row["one_nn_accuracy"] == pytest.approx(np.mean(arrays["labels"][nearest] == arrays["query_labels"]))
+
+
+def test_rerank_rows_beat_their_shortlist(bench_dir: Path) -> None:
+    rows = {(r["method"], r["k"], r["variant"]): r for r in json.loads((bench_dir / "results.json").read_text())["rows"]}
+    assert rows[("mrl", 8, "rerank-float32")]["ndcg_at_10"] > rows[("mrl", 8, "codes")]["ndcg_at_10"]
+
+
+def test_unknown_method_is_a_clear_error() -> None:
+    result = runner.invoke(app, ["bench", "--methods", "svd,nope", "--out", "unused"])
+    assert result.exit_code == 2
+    assert "error: unknown compressor 'nope'" in result.stderr and "svd" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_bad_budgets_and_missing_data_are_clear_errors(tmp_path: Path) -> None:
+    bad = runner.invoke(app, ["bench", "--methods", "svd", "--budgets", "16,x"])
+    assert bad.exit_code == 2 and "error: --budgets must be a comma-separated list" in bad.stderr
+    missing = runner.invoke(app, ["bench", "--methods", "svd", "--data", str(tmp_path / "nope.npz")])
+    assert missing.exit_code == 2 and "error: " in missing.stderr and "Traceback" not in missing.stderr
+
+
+# -- the runner with methods that score their own way -------------------------------------------
+
+
+class AsymmetricToy(Compressor):
+    """Test method: ReLU-TopK sparse document codes, dense queries in the same h-dim space."""
+
+    name = "asymtoy"
+    budget_help = "active dims"
+
+    def _fit(self, x: torch.Tensor, **supervision: object) -> None:
+        self._w = torch.randn(x.shape[1], 64, generator=self.generator)
+
+    def _encode(self, x: torch.Tensor, k: int) -> Codes:
+        values, ids = torch.topk(torch.relu(x @ self._w), k, dim=1)
+        return SparseCodes(ids.numpy(), values.numpy(), 64)
+
+    def encode_queries(self, x, k=None):  # type: ignore[no-untyped-def]
+        return DenseCodes((torch.from_numpy(np.asarray(x, np.float32)) @ self._w).numpy())
+
+    def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
+        return query_codes.to_dense() @ doc_codes.to_dense().T
+
+    def _budgets(self) -> Budgets:
+        return Budgets(low=1, high=64, default=8)
+
+    def _state(self) -> dict[str, torch.Tensor]:
+        return {"w": self._w}
+
+    def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        self._w = tensors["w"]
+
+
+class NegatedToy(AsymmetricToy):
+    """Test method: dense codes, but its own score is the negated dot product (no backend knows that)."""
+
+    name = "negtoy"
+
+    def _encode(self, x: torch.Tensor, k: int) -> Codes:
+        return DenseCodes((x @ self._w[:, :k]).numpy())
+
+    def encode_queries(self, x, k=None):  # type: ignore[no-untyped-def]
+        return self.encode(x, k=k)
+
+    def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
+        return -(query_codes.to_dense() @ doc_codes.to_dense().T)
+
+
+@pytest.fixture
+def toy_methods(fresh_plugins: None) -> Iterator[None]:
+    @adaptemb.hookimpl
+    def register_compressors(registry: CompressorRegistry) -> None:
+        registry.add(AsymmetricToy)
+        registry.add(NegatedToy)
+
+    adaptemb.register_plugin(types.SimpleNamespace(register_compressors=register_compressors), name="toys")
+    yield
+
+
+def _dataset(labels_only: bool = False) -> Dataset:
+    a = _arrays(1)
+    extra = {"labels": a["labels"]} if labels_only else {"labels": a["labels"], "query_labels": a["query_labels"]}
+    return Dataset.from_gold("toy", a["corpus"], a["queries"], a["gold"], **extra)
+
+
+def _config(methods: list[str], **kw: object) -> BenchConfig:
+    return BenchConfig(methods=methods, budgets=[4, 16], device="cpu", rounds=1, warmup=0, batch_size=16, **kw)
+
+
+def test_runner_serves_custom_scoring_methods(toy_methods: None) -> None:
+    data = _dataset()
+    result = run_bench(data, _config(["asymtoy", "negtoy"]))
+    rows = {(r["method"], r["k"]): r for r in result.rows}
+    assert rows[("asymtoy", 16)]["backend"] == "scipy-csr"  # dense queries against sparse documents
+    assert rows[("negtoy", 16)]["backend"] == "score-function"  # the index would rank backwards: brute force
+    assert any("negtoy: searched by brute force" in n for n in result.notes)
+    for (method, k), row in rows.items():
+        if method == "float32":
+            continue
+        compressor = adaptemb.get_compressor(method, seed=0).fit(data.corpus)
+        scores = compressor.score(compressor.encode_queries(data.queries, k=k), compressor.encode(data.corpus, k=k))
+        gold = data.qrels.indices
+        assert row["ndcg_at_10"] == pytest.approx(_independent_ndcg(scores, gold), abs=1e-6)
+
+
+def test_leave_one_out_one_nn_when_only_corpus_labels_exist() -> None:
+    data = _dataset(labels_only=True)
+    result = run_bench(data, _config(["mrl"], loo_queries=50))
+    reference = result.rows[0]
+    sample = np.sort(np.random.default_rng(0).choice(N, size=50, replace=False))
+    scores = data.corpus[sample] @ data.corpus.T
+    scores[np.arange(50), sample] = -np.inf  # leave the query's own row out
+    expected = np.mean(data.labels[np.argmax(scores, axis=1)] == data.labels[sample])
+    assert reference["one_nn_accuracy"] == pytest.approx(expected)
+    assert all(math.isfinite(r["one_nn_accuracy"]) for r in result.rows)
