@@ -2,3 +2,4 @@
 
 from adaptemb.cli import models  # noqa: F401  plugins, fit, compress, info
 from adaptemb.cli import datasets  # noqa: F401  datasets list, build, info
+from adaptemb.cli import bench  # noqa: F401  bench
