@@ -1,0 +1,233 @@
+"""``bsa``: Binary Sparsity Alignment (seed 003): binary sparse codes from a sigmoid autoencoder.
+
+One fit serves two inference modes:
+
+* natural (``encode(x)``, ``k=None``): every feature with ``s >= 0.5``, a variable count per row
+  (about the trained ``k`` on average), capped at ``budgets().default`` strongest features;
+* fixed (``encode(x, k=j)``): exactly the ``j`` largest activations, any ``1 <= j <= h // 2``.
+
+Codes are :class:`adaptemb.BinarySparseCodes`. Scoring (config ``scoring``): ``asymmetric`` (a dense
+query projected through the decoder, ``<D q, b_doc>``; no float document vectors), or symmetric
+``dot`` (|A ∩ B|) / ``cosine`` between binary codes. See docs/methods/bsa.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+
+from adaptemb import (
+    BinarySparseCodes,
+    Budgets,
+    Codes,
+    Compressor,
+    DenseCodes,
+    TrainingConfig,
+    as_matrix,
+    hookimpl,
+    train,
+)
+
+from .bsa_model import THRESHOLD, BSAModel, LossWeights
+
+_REPORT_BLOCK = 4096
+
+
+class BSAConfig(TrainingConfig):
+    h: int | None = Field(None, ge=2, description="Code size N (features); None: 8 * d.")
+    k: int | None = Field(
+        None, ge=1, description="Target active count K (trained); None: max(64, h // 128), capped at h // 4."
+    )
+    alpha: float = Field(1.0, ge=0, description="Weight of the sparsity alignment loss.")
+    alpha_ramp: float = Field(
+        0.0, ge=0, le=1, description="Fraction of training over which alpha rises linearly from 0 (0: constant)."
+    )
+    epsilon: float = Field(0.125, ge=0, lt=1, description="Shift of the alignment target (pushes inactive below 0).")
+    detach_target: bool = Field(True, description="Stop the gradient through the TopK alignment target.")
+    target: Literal["values", "ones"] = Field(
+        "values", description="Alignment target: TopK_k(s) (values) or the 0/1 indicator of the top k (ones)."
+    )
+    fixed_k_weight: float = Field(0.0, ge=0, description="Weight of the fixed-K loss 1 - cos(D TopK_K(s), x); 0: off.")
+    decoder_bias: bool = Field(True, description="Learn a decoder bias c: x_hat = D^T b + c.")
+    init_scale: float = Field(0.1, gt=0, description="Std of W_enc x at start: s starts at 0.5 +- about scale/4.")
+    max_active: int | None = Field(
+        None, ge=1, description="Natural mode keeps at most this many features; None: min(h // 2, 4 * k)."
+    )
+    scoring: Literal["asymmetric", "dot", "cosine"] = Field(
+        "asymmetric", description="asymmetric: dense query through the decoder; dot/cosine: binary vs binary."
+    )
+    holdout_fraction: float = Field(
+        0.05, ge=0, lt=0.5, description="Rows kept out of training to measure reconstruction in fit_report."
+    )
+    epochs: int = Field(30, ge=1, description="Passes over the training rows (at most).")
+    lr: float = Field(3e-3, gt=0, description="Adam learning rate.")
+    patience: int = Field(3, ge=1, description="Epochs without held-out improvement before stopping.")
+
+
+class BSACompressor(Compressor):
+    """Binary sparse codes by cosine sparsity alignment; natural (variable count) or fixed-k encoding."""
+
+    name = "bsa"
+    Config = BSAConfig
+    budget_help = "k=None: natural mode (all s >= 0.5, ~k on average); k=j: exactly j active of h (1..h//2)"
+    test_params = {"h": 64, "k": 8, "epochs": 2, "batch_size": 64, "progress": False}
+    config: BSAConfig
+
+    # -- fitting --------------------------------------------------------------------------------
+
+    def _fit(self, x: torch.Tensor, **supervision: Any) -> None:
+        x = F.normalize(x, dim=1)
+        h, k = self._sizes(x.shape[1])
+        train_rows, held_rows = self._holdout(x)
+        model = BSAModel(x.shape[1], h, init_scale=self.config.init_scale,
+                         decoder_bias=self.config.decoder_bias, generator=self.generator)
+        model.weights = self._loss_weights(k, len(train_rows))
+        report = train(model, [train_rows], self.config, description="bsa")
+        self._model = model.cpu().eval()
+        self._k = k
+        self.fit_report = {**report.as_dict(), **self._measure(x, held_rows)}
+
+    def _sizes(self, dim: int) -> tuple[int, int]:
+        h = self.config.h or 8 * dim
+        k = self.config.k or min(max(64, h // 128), max(1, h // 4))
+        if k > h // 2:
+            raise ValueError(f"k={k} must be at most h // 2 = {h // 2} (h={h}); lower k or raise h")
+        return h, k
+
+    def _holdout(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        held = int(len(x) * self.config.holdout_fraction)
+        if held < 2 or len(x) - held < 4:
+            return x, x[:0]
+        order = torch.randperm(len(x), generator=self.generator)
+        return x[order[held:]], x[order[:held]]
+
+    def _loss_weights(self, k: int, rows: int) -> LossWeights:
+        c = self.config
+        steps = c.epochs * max(1, -(-rows // c.batch_size))
+        return LossWeights(k=k, alpha=c.alpha, epsilon=c.epsilon, detach_target=c.detach_target, target=c.target,
+                           fixed_k_weight=c.fixed_k_weight, ramp_steps=int(c.alpha_ramp * steps))
+
+    @torch.no_grad()
+    def _measure(self, x: torch.Tensor, held: torch.Tensor) -> dict[str, Any]:
+        """Natural-mode statistics on all fit rows; reconstruction distance on the held-out rows."""
+        fired = torch.zeros(self._model.encoder.shape[0], dtype=torch.bool)
+        counts = []
+        for start in range(0, len(x), _REPORT_BLOCK):
+            active = self._model.activations(x[start : start + _REPORT_BLOCK]) >= THRESHOLD
+            fired |= active.any(dim=0)
+            counts.append(active.sum(dim=1).float())
+        count = torch.cat(counts)
+        rows = held if len(held) else x
+        recon = self._model.decode((self._model.activations(rows) >= THRESHOLD).float())
+        return {
+            "h": int(fired.numel()), "k": self._k,
+            "active_mean": float(count.mean()), "active_std": float(count.std()) if len(count) > 1 else 0.0,
+            "dead_fraction": float((~fired).float().mean()),
+            "natural_capped_fraction": float((count > self._max_active()).float().mean()),
+            "reconstruction_cosine_distance": float((1 - F.cosine_similarity(recon, rows, dim=1)).mean()),
+            "reconstruction_rows": "held_out" if len(held) else "fit (too few rows to hold out)",
+            "reconstruction_row_count": int(len(rows)),
+        }
+
+    # -- encoding -------------------------------------------------------------------------------
+
+    def encode(self, x: Any, k: int | None = None, *, batch_size: int = 65536) -> Codes:
+        """``k=None``: natural mode (every ``s >= 0.5``, at most ``budgets().default``); ``k=j``: exactly j."""
+        if k is not None:
+            return super().encode(x, k, batch_size=batch_size)
+        self._require_fitted()
+        matrix = as_matrix(x, dim=self.dim)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1; got {batch_size}")
+        with torch.inference_mode():
+            parts = [self._encode_natural(matrix[i : i + batch_size]) for i in range(0, len(matrix), batch_size)]
+        return parts[0] if len(parts) == 1 else BinarySparseCodes.concat(parts)
+
+    def _encode(self, x: torch.Tensor, k: int) -> Codes:
+        """Fixed mode: the ``k`` largest activations of each row."""
+        idx = torch.topk(self.activations(x), k, dim=1).indices
+        return BinarySparseCodes.from_indices(idx.numpy(), self._model.encoder.shape[0])
+
+    def _encode_natural(self, x: torch.Tensor) -> BinarySparseCodes:
+        values, idx = torch.topk(self.activations(x), self._max_active(), dim=1)
+        keep = (values >= THRESHOLD).numpy()
+        mask = np.zeros((len(x), self._model.encoder.shape[0]), dtype=bool)
+        rows = np.broadcast_to(np.arange(len(x))[:, None], keep.shape)
+        mask[rows[keep], idx.numpy()[keep]] = True
+        return BinarySparseCodes.from_mask(mask)
+
+    def activations(self, x: torch.Tensor) -> torch.Tensor:
+        """Soft activations ``s`` (n, h) of rows ``x`` (L2-normalised first)."""
+        return self._model.activations(F.normalize(x, dim=1))
+
+    def _max_active(self) -> int:
+        h = self._model.encoder.shape[0]
+        return min(self.config.max_active or 4 * self._k, h // 2)
+
+    def _budgets(self) -> Budgets:
+        h = self._model.encoder.shape[0]
+        return Budgets(low=1, high=h // 2, default=self._max_active())
+
+    # -- decoding and scoring -------------------------------------------------------------------
+
+    def _decode(self, codes: Codes) -> torch.Tensor:
+        csr = self._check_codes(codes).to_csr()
+        decoder = self._model.decoder.detach().numpy()
+        return torch.from_numpy(np.asarray(csr @ decoder, dtype=np.float32)) + self._model.decoder_bias.detach()
+
+    def encode_queries(self, x: Any, k: int | None = None) -> Codes:
+        """Asymmetric scoring: ``D q`` (n, h) dense; otherwise the binary codes ``encode(x, k)``."""
+        if self.config.scoring != "asymmetric":
+            return self.encode(x, k=k)
+        self._require_fitted()
+        q = F.normalize(as_matrix(x, name="queries", dim=self.dim), dim=1)
+        with torch.inference_mode():
+            return DenseCodes((q @ self._model.decoder.T).numpy())
+
+    def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
+        """``<D q, b_doc>`` (= ``<q, x_hat_doc>`` minus the per-query constant ``<q, c>``) for dense
+        queries; |A ∩ B| or cosine between binary codes otherwise."""
+        docs = self._check_codes(doc_codes)
+        if isinstance(query_codes, DenseCodes):
+            if query_codes.dim != docs.dim:
+                raise ValueError(f"query codes have dim {query_codes.dim}, documents {docs.dim}")
+            return np.asarray((docs.to_csr() @ query_codes.to_dense().T).T, dtype=np.float32)
+        metric = "cosine" if self.config.scoring == "cosine" else "dot"
+        return self._check_codes(query_codes).similarity(docs, metric=metric)
+
+    def _check_codes(self, codes: Codes) -> BinarySparseCodes:
+        if not isinstance(codes, BinarySparseCodes):
+            raise TypeError(f"bsa needs BinarySparseCodes from its own encode(); got {type(codes).__name__}")
+        if codes.dim != self._model.encoder.shape[0]:
+            raise ValueError(f"codes have dim {codes.dim}, this compressor has h={self._model.encoder.shape[0]}")
+        return codes
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def _state(self) -> dict[str, torch.Tensor]:
+        m = self._model
+        return {"encoder": m.encoder.detach(), "encoder_bias": m.encoder_bias.detach(),
+                "decoder": m.decoder.detach(), "decoder_bias": m.decoder_bias.detach(),
+                "k": torch.tensor([self._k])}
+
+    def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        encoder, decoder = tensors["encoder"], tensors["decoder"]
+        if encoder.ndim != 2 or decoder.shape != encoder.shape:
+            raise ValueError(f"encoder {tuple(encoder.shape)} and decoder {tuple(decoder.shape)} must both be (h, d)")
+        h, dim = encoder.shape
+        model = BSAModel(dim, h, init_scale=self.config.init_scale, decoder_bias=self.config.decoder_bias,
+                         generator=torch.Generator())
+        with torch.no_grad():
+            for name in ("encoder", "encoder_bias", "decoder", "decoder_bias"):
+                getattr(model, name).copy_(tensors[name])
+        self._model = model.eval()
+        self._k = int(tensors["k"][0])
+
+
+@hookimpl
+def register_compressors(registry) -> None:  # type: ignore[no-untyped-def]
+    registry.add(BSACompressor)

@@ -1,0 +1,107 @@
+"""The BSA autoencoder: sigmoid encoder, straight-through binarisation, linear decoder, and its losses.
+
+Kept apart from ``bsa.py`` (the Compressor) so the maths can be read on its own. The encode path
+uses plain torch ops only (matmul, sigmoid, topk, comparisons) so it exports to ONNX.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+THRESHOLD = 0.5
+"""A feature is active when ``s >= THRESHOLD`` (natural mode and training alike)."""
+
+
+@dataclass(frozen=True)
+class LossWeights:
+    """How the BSA loss terms are combined; ``alpha`` rises linearly over ``ramp_steps`` when > 0."""
+
+    k: int
+    alpha: float = 1.0
+    epsilon: float = 0.125
+    detach_target: bool = True
+    target: str = "values"
+    fixed_k_weight: float = 0.0
+    ramp_steps: int = 0
+
+    def alpha_at(self, step: int) -> float:
+        if self.ramp_steps <= 0:
+            return self.alpha
+        return self.alpha * min(1.0, (step + 1) / self.ramp_steps)
+
+
+def straight_through_round(s: torch.Tensor) -> torch.Tensor:
+    """Forward: ``1[s >= 0.5]``; backward: identity (``hard + s - sg(s)``)."""
+    hard = (s >= THRESHOLD).to(s.dtype)
+    return hard + s - s.detach()
+
+
+def top_k_mask(s: torch.Tensor, k: int) -> torch.Tensor:
+    """A 0/1 tensor with ones at the ``k`` largest entries of each row of ``s``."""
+    idx = torch.topk(s, k, dim=1).indices
+    return torch.zeros_like(s).scatter(1, idx, 1.0)
+
+
+def cosine_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Mean ``1 - cos(a, b)`` over rows, in float32."""
+    return (1.0 - F.cosine_similarity(a.float(), b.float(), dim=1)).mean()
+
+
+class BSAModel(nn.Module):
+    """``s = sigmoid(W_enc x + b_enc)``, ``b = round_ST(s)``, ``x_hat = b @ D + c``.
+
+    ``D`` (h, d) holds one decoder row per feature, so a binary code decodes to the sum of the rows
+    of its active features plus the bias ``c``.
+    """
+
+    def __init__(self, dim: int, h: int, *, init_scale: float, decoder_bias: bool, generator: torch.Generator) -> None:
+        super().__init__()
+        std = init_scale / dim**0.5  # |W_enc x| ~ init_scale for unit-norm x: s starts at 0.5 +- a little
+        self.encoder = nn.Parameter(torch.randn(h, dim, generator=generator) * std)
+        self.encoder_bias = nn.Parameter(torch.zeros(h))
+        self.decoder = nn.Parameter(torch.randn(h, dim, generator=generator) / h**0.5)
+        self.decoder_bias = nn.Parameter(torch.zeros(dim), requires_grad=decoder_bias)
+        self.weights: LossWeights | None = None
+
+    def activations(self, x: torch.Tensor) -> torch.Tensor:
+        """The soft activations ``s`` (n, h) in (0, 1) of unit-norm rows ``x``."""
+        return torch.sigmoid(x @ self.encoder.T + self.encoder_bias)
+
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """Reconstructions of (n, h) codes (0/1 or soft)."""
+        return codes @ self.decoder + self.decoder_bias
+
+    def training_loss(self, batch: Sequence[torch.Tensor], step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Total BSA loss of a batch of unit-norm rows, with its named parts (see ``LossWeights``)."""
+        assert self.weights is not None, "set model.weights before training"
+        w = self.weights
+        x = batch[0]
+        s = self.activations(x)
+        reconstruction = cosine_distance(self.decode(straight_through_round(s)), x)
+        alignment = self.alignment_loss(s)
+        alpha = w.alpha_at(step) if self.training else w.alpha  # held-out loss: the final objective
+        total = reconstruction + alpha * alignment
+        parts = {"reconstruction": reconstruction.detach(), "alignment": alignment.detach()}
+        if w.fixed_k_weight > 0:
+            fixed = cosine_distance(self.decode(top_k_mask(s.detach(), w.k) * (1.0 + s - s.detach())), x)
+            total = total + w.fixed_k_weight * fixed
+            parts["fixed_k"] = fixed.detach()
+        parts["active"] = (s >= THRESHOLD).float().sum(dim=1).mean().detach()
+        return total, parts
+
+    def alignment_loss(self, s: torch.Tensor) -> torch.Tensor:
+        """``1 - cos(s - eps, T - eps)`` with ``T = TopK_k(s)`` (values; detached unless configured) or,
+        for ``target="ones"``, the 0/1 indicator of the top k (the ideal binary code)."""
+        assert self.weights is not None
+        mask = top_k_mask(s.detach(), self.weights.k)
+        if self.weights.target == "ones":
+            target = mask
+        else:
+            target = mask * (s.detach() if self.weights.detach_target else s)
+        eps = self.weights.epsilon
+        return cosine_distance(s - eps, target - eps)
