@@ -14,6 +14,7 @@ from adaptemb.errors import (
     UnknownCompressorError,
 )
 from adaptemb.hookspecs import hookimpl
+from adaptemb.linalg import principal_components
 from adaptemb.registry import CompressorInfo, CompressorRegistry, get_registry, register_plugin, unregister_plugin
 from adaptemb.serialization import load_codes, save_codes
 from adaptemb.train import FitReport, TrainingConfig, resolve_device, train
@@ -50,6 +51,7 @@ __all__ = [
     "load",
     "load_codes",
     "load_embeddings",
+    "principal_components",
     "register_plugin",
     "resolve_device",
     "save_codes",

@@ -1,58 +1,132 @@
-"""``mrl``: Matryoshka truncation, the first k dims re-normalised (for Matryoshka-trained models)."""
+"""``mrl``: Matryoshka truncation (first k dims, re-normalised), with an optional learned adapter.
+
+``adapter="none"`` (default) is plain truncation, right for Matryoshka-trained models (OpenAI
+text-embedding-3, nomic-embed v1.5, ...). For other models ``adapter="linear"`` learns a map
+``z = W (x − b)``, initialised with the PCA rotation, so that every prefix of z keeps the
+neighbourhoods of x: the loss sums, over prefixes m ∈ {8, 16, 32, …, d}, the KL divergence between
+in-batch softmax similarities of the normalised prefix and of the input (temperature τ).
+"""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
+import torch.nn.functional as F
 from pydantic import Field
 
-from adaptemb import Budgets, Codes, Compressor, CompressorConfig, DenseCodes, hookimpl
+from adaptemb import (
+    Budgets,
+    Codes,
+    Compressor,
+    DenseCodes,
+    TrainingConfig,
+    hookimpl,
+    principal_components,
+    train,
+)
 
 
-class MRLConfig(CompressorConfig):
+class MRLConfig(TrainingConfig):
     k: int | None = Field(None, ge=1, description="Default prefix length; None uses all d dims.")
+    adapter: Literal["none", "linear"] = Field(
+        "none", description="none: truncate the input; linear: learn a nested linear map first (non-Matryoshka models)."
+    )
+    temperature: float = Field(0.1, gt=0, description="Adapter only: softmax temperature of the similarity KL loss.")
+    epochs: int = Field(5, ge=1, description="Adapter only: passes over the rows (at most).")
+    batch_size: int = Field(512, ge=2, description="Adapter only: rows per step (the in-batch neighbourhood).")
 
 
 class MRLCompressor(Compressor):
-    """Matryoshka truncation: keep the first k dims and L2-normalise them; no training."""
+    """Matryoshka truncation: keep the first k dims and L2-normalise (optionally after a learned adapter)."""
 
     name = "mrl"
     Config = MRLConfig
     budget_help = "prefix length m, 1 <= m <= d"
+    test_params = {"epochs": 1, "progress": False}
     config: MRLConfig
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
         if self.config.k is not None and self.config.k > x.shape[1]:
             raise ValueError(f"k={self.config.k} is longer than the embeddings (d={x.shape[1]})")
+        self._adapter: _Prefix | None = None
+        if self.config.adapter == "linear":
+            mean, rotation, _ = principal_components(x)
+            model = _NestedAdapter(rotation, mean, nested_prefixes(x.shape[1]), self.config.temperature)
+            report = train(model, [x], self.config, description="mrl adapter")
+            self.fit_report = report.as_dict()
+            self._adapter = _Prefix(x.shape[1], model.weight.detach().cpu(), model.bias.detach().cpu())
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
-        return DenseCodes(_Prefix(k)(x)[0].numpy())
+        return DenseCodes(self._onnx_encoder(k)(x)[0].numpy())
 
     def _onnx_encoder(self, k: int) -> torch.nn.Module:
-        return _Prefix(k)
+        if self._adapter is None:
+            return _Prefix(k)
+        return _Prefix(k, self._adapter.weight[:k], self._adapter.bias)
 
     def _budgets(self) -> Budgets:
         assert self.dim is not None
         return Budgets(low=1, high=self.dim, default=self.config.k or self.dim)
 
     def _state(self) -> dict[str, torch.Tensor]:
-        return {}
+        if self._adapter is None:
+            return {}
+        return {"weight": self._adapter.weight, "bias": self._adapter.bias}
 
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
-        if tensors:
-            raise ValueError(f"mrl stores no tensors; found {sorted(tensors)}")
+        expected = {"weight", "bias"} if self.config.adapter == "linear" else set()
+        if set(tensors) != expected:
+            raise ValueError(f"mrl with adapter={self.config.adapter!r} stores {sorted(expected)}; found {sorted(tensors)}")
+        self._adapter = None if not tensors else _Prefix(tensors["weight"].shape[0], tensors["weight"], tensors["bias"])
+
+
+def nested_prefixes(dim: int) -> list[int]:
+    """The prefix lengths the adapter trains: 8, 16, 32, ... below ``dim``, then ``dim``."""
+    prefixes, m = [], 8
+    while m < dim:
+        prefixes.append(m)
+        m *= 2
+    return [*prefixes, dim]
 
 
 class _Prefix(torch.nn.Module):
-    """The encoder: the first k dims, L2-normalised (ONNX-exportable)."""
+    """The encoder: optionally ``(x − bias) @ weight.T``, then the first k dims, L2-normalised."""
 
     output_names = ("values",)
 
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> None:
         super().__init__()
         self.k = k
+        self.register_buffer("weight", None if weight is None else weight.contiguous())
+        self.register_buffer("bias", bias)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
-        return (torch.nn.functional.normalize(x[:, : self.k], dim=1),)
+        z = x if self.weight is None else (x - self.bias) @ self.weight[: self.k].T
+        return (F.normalize(z[:, : self.k], dim=1),)
+
+
+class _NestedAdapter(torch.nn.Module):
+    """Trainable ``W (x − b)`` whose every prefix should keep the input's in-batch neighbourhoods."""
+
+    def __init__(self, rotation: torch.Tensor, mean: torch.Tensor, prefixes: list[int], temperature: float) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(rotation.clone())
+        self.bias = torch.nn.Parameter(mean.clone())
+        self.prefixes, self.temperature = prefixes, temperature
+
+    def training_loss(self, batch: list[torch.Tensor], step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        (x,) = batch
+        unit = F.normalize(x.float(), dim=1)
+        target = F.log_softmax(unit @ unit.T / self.temperature, dim=1)
+        z = (x - self.bias) @ self.weight.T
+        losses = {}
+        for m in self.prefixes:
+            prefix = F.normalize(z[:, :m].float(), dim=1)
+            logits = F.log_softmax(prefix @ prefix.T / self.temperature, dim=1)
+            losses[f"kl@{m}"] = F.kl_div(logits, target, log_target=True, reduction="batchmean")
+        total = torch.stack(list(losses.values())).mean()
+        return total, losses
 
 
 @hookimpl

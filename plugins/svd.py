@@ -1,13 +1,11 @@
-"""``svd``: PCA by mean-centred eigen-decomposition of the covariance; one fit serves every rank."""
+"""``svd``: PCA (exact, mean-centred); one fit serves every rank."""
 
 from __future__ import annotations
 
 import torch
 from pydantic import Field
 
-from adaptemb import Budgets, Codes, Compressor, CompressorConfig, DenseCodes, hookimpl
-
-_GRAM_BLOCK_ROWS = 65536
+from adaptemb import Budgets, Codes, Compressor, CompressorConfig, DenseCodes, hookimpl, principal_components
 
 
 class SVDConfig(CompressorConfig):
@@ -23,24 +21,11 @@ class SVDCompressor(Compressor):
     config: SVDConfig
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
-        n, d = x.shape
+        d = x.shape[1]
         kept = self.config.k or d
         if kept > d:
             raise ValueError(f"k={kept} components requested, but the embeddings have only d={d} dims")
-        mean = x.double().mean(dim=0)
-        gram = torch.zeros(d, d, dtype=torch.float64)
-        for start in range(0, n, _GRAM_BLOCK_ROWS):
-            block = x[start : start + _GRAM_BLOCK_ROWS].double() - mean
-            gram += block.T @ block
-        eigenvalues, eigenvectors = torch.linalg.eigh(gram)
-        order = torch.argsort(eigenvalues, descending=True)[:kept]
-        components = eigenvectors[:, order].T  # (kept, d), strongest first
-        # fix each direction's sign (largest |entry| positive) so codes do not depend on the solver
-        pivot = components.abs().argmax(dim=1)
-        signs = torch.sign(components[torch.arange(kept), pivot])
-        self._mean = mean.float()
-        self._components = (components * signs[:, None]).float().contiguous()
-        self._variance = (eigenvalues[order].clamp_min(0) / max(n - 1, 1)).float()
+        self._mean, self._components, self._variance = principal_components(x, kept)
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
         return DenseCodes(((x - self._mean) @ self._components[:k].T).numpy())
