@@ -36,6 +36,11 @@ class Budgets:
     high: int
     default: int
 
+    @classmethod
+    def unbudgeted(cls, dim: int) -> Budgets:
+        """The budgets of a method without one: it always keeps all ``dim`` dims."""
+        return cls(low=dim, high=dim, default=dim)
+
     @property
     def fixed(self) -> bool:
         """True for methods without a budget: they always keep ``high`` dims."""

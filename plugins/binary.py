@@ -47,7 +47,7 @@ class BinaryCompressor(Compressor):
 
     def _budgets(self) -> Budgets:
         assert self.dim is not None
-        return Budgets(low=self.dim, high=self.dim, default=self.dim)
+        return Budgets.unbudgeted(self.dim)
 
     def _state(self) -> dict[str, torch.Tensor]:
         return {"threshold": self._threshold.contiguous()}

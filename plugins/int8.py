@@ -56,7 +56,7 @@ class Int8Compressor(Compressor):
 
     def _budgets(self) -> Budgets:
         assert self.dim is not None
-        return Budgets(low=self.dim, high=self.dim, default=self.dim)
+        return Budgets.unbudgeted(self.dim)
 
     def _state(self) -> dict[str, torch.Tensor]:
         return {"scale": self._scale, "offset": self._offset}
