@@ -58,6 +58,15 @@ def assert_same_codes(left: Codes, right: Codes) -> None:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
+def assert_close_codes(left: Codes, right: Codes, *, rtol: float = 1e-3, max_flips: float = 1e-3) -> None:
+    """Codes that stand for the same vectors up to float rounding: ``to_dense()`` values agree within
+    ``rtol`` except for at most a ``max_flips`` fraction of entries (ties that last-bit float
+    differences can tip, e.g. a top-k boundary or an int8 rounding step)."""
+    assert type(left) is type(right) and left.dim == right.dim and len(left) == len(right)
+    a, b = left.to_dense(), right.to_dense()
+    assert (~np.isclose(a, b, rtol=rtol, atol=rtol)).mean() <= max_flips
+
+
 class CompressorContract:
     """Shared contract tests; set ``method`` (and optionally ``params``) in a subclass."""
 
@@ -104,6 +113,12 @@ class CompressorContract:
             assert active.shape == (len(x),)
             if not budgets.fixed:
                 assert active.max() <= (budgets.default if k is None else k)
+
+    def test_batched_encoding_equals_one_pass(self, fitted: Compressor, data: tuple[np.ndarray, np.ndarray]) -> None:
+        # BLAS may sum in another order for another batch size, so equal up to float rounding
+        for k in _budgets_to_check(fitted):
+            assert_close_codes(fitted.encode(data[0], k=k, batch_size=7), fitted.encode(data[0], k=k))
+        assert_same_codes(fitted.encode(torch.from_numpy(data[0])), fitted.encode(data[0]))
 
     def test_seed_determinism(self, data: tuple[np.ndarray, np.ndarray], config_params: dict[str, Any]) -> None:
         first = adaptemb.get_compressor(self.method, seed=3, **config_params).fit(data[0])
