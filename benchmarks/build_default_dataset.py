@@ -32,9 +32,9 @@ def main() -> None:
     torch.manual_seed(SEED)
     torch.set_num_threads(min(2, torch.get_num_threads()))
     start = time.perf_counter()
-    dataset = build_wordnet(tasks=("examples",), limit=CORPUS_ROWS, max_queries=QUERIES, seed=SEED, device="cpu")[
-        "wordnet-examples"
-    ]
+    dataset = build_wordnet(
+        tasks=("examples",), limit=CORPUS_ROWS, max_queries=QUERIES, seed=SEED, device="cpu"
+    )["wordnet-examples"]
     dataset.name = "default"
     dataset.corpus = dataset.corpus.astype(np.float16)
     dataset.queries = dataset.queries.astype(np.float16)

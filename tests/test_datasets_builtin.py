@@ -14,12 +14,13 @@ from adaptemb.datasets.builtin import DEFAULT_DATASET_FILE
 
 def _ndcg_at_10(queries: np.ndarray, corpus: np.ndarray, qrels) -> float:
     """Mean NDCG@10, written out independently of the evaluator."""
-    top = np.argsort(-(queries @ corpus.T), axis=1, kind="stable")[:, :10]
-    dense = qrels.toarray()
-    gains = np.take_along_axis(dense, top, axis=1)
+    scores = queries @ corpus.T
+    top = np.argpartition(-scores, 10, axis=1)[:, :10]
+    top = np.take_along_axis(top, np.argsort(-np.take_along_axis(scores, top, axis=1), axis=1), axis=1)
+    gains = np.vstack([qrels[i].toarray()[0, top[i]] for i in range(len(top))])
     dcg = (gains / np.log2(np.arange(2, 12))).sum(axis=1)
-    ideal = -np.sort(-dense, axis=1)[:, :10]
-    idcg = (ideal / np.log2(np.arange(2, 12))).sum(axis=1)
+    ideal = [np.sort(qrels[i].data)[::-1][:10] for i in range(len(top))]
+    idcg = np.array([(grades / np.log2(np.arange(2, len(grades) + 2))).sum() for grades in ideal])
     return float(np.mean(dcg / idcg))
 
 

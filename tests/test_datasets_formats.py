@@ -22,14 +22,23 @@ QUERY_LABELS = np.array([2, 0, 1])
 # BEIR-style judgements by id, worked out by hand below
 CORPUS_IDS = np.array(["d0", "d1", "d2", "d3", "d4", "d5"])
 QUERY_IDS = np.array(["q-a", "q-b", "q-c"])
-QRELS = [("q-a", "d3", 2.0), ("q-a", "d0", 1.0), ("q-c", "d5", 1.0), ("q-b", "d1", 0.0)]  # grade 0: not relevant
+QRELS = [
+    ("q-a", "d3", 2.0),
+    ("q-a", "d0", 1.0),
+    ("q-c", "d5", 1.0),
+    ("q-b", "d1", 0.0),
+]  # grade 0: not relevant
 EXPECTED_QRELS = np.array([[1, 0, 0, 2, 0, 0], [0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 1]], dtype=np.float32)
 
 
 def _qrel_arrays() -> dict[str, np.ndarray]:
-    return {"qrels_query": np.array([q for q, _, _ in QRELS]), "qrels_corpus": np.array([c for _, c, _ in QRELS]),
-            "qrels_grade": np.array([g for _, _, g in QRELS], dtype=np.float32),
-            "query_ids": QUERY_IDS, "corpus_ids": CORPUS_IDS}
+    return {
+        "qrels_query": np.array([q for q, _, _ in QRELS]),
+        "qrels_corpus": np.array([c for _, c, _ in QRELS]),
+        "qrels_grade": np.array([g for _, _, g in QRELS], dtype=np.float32),
+        "query_ids": QUERY_IDS,
+        "corpus_ids": CORPUS_IDS,
+    }
 
 
 def _assert_same(a: Dataset, b: Dataset) -> None:
@@ -59,7 +68,11 @@ def test_npz_qrels_by_id_resolve_to_rows_and_drop_grade_zero(tmp_path: Path) -> 
 
 
 def test_qrels_as_row_numbers_and_as_one_table(tmp_path: Path) -> None:
-    rows = {"qrels_query": np.array([0, 0, 2]), "qrels_corpus": np.array([3, 0, 5]), "qrels_grade": np.array([2, 1, 1])}
+    rows = {
+        "qrels_query": np.array([0, 0, 2]),
+        "qrels_corpus": np.array([3, 0, 5]),
+        "qrels_grade": np.array([2, 1, 1]),
+    }
     np.savez(tmp_path / "rows.npz", corpus=CORPUS, queries=QUERIES, **rows)
     table = np.array([[0, 3, 2], [0, 0, 1], [2, 5, 1]])
     np.savez(tmp_path / "table.npz", corpus=CORPUS, queries=QUERIES, qrels=table)
@@ -68,9 +81,15 @@ def test_qrels_as_row_numbers_and_as_one_table(tmp_path: Path) -> None:
 
 
 def test_integer_ids_resolve(tmp_path: Path) -> None:
-    np.savez(tmp_path / "d.npz", corpus=CORPUS, queries=QUERIES, qrels_query=np.array([70, 90]),
-             qrels_corpus=np.array([105, 100]), query_ids=np.array([70, 80, 90]),
-             corpus_ids=np.arange(100, 106))
+    np.savez(
+        tmp_path / "d.npz",
+        corpus=CORPUS,
+        queries=QUERIES,
+        qrels_query=np.array([70, 90]),
+        qrels_corpus=np.array([105, 100]),
+        query_ids=np.array([70, 80, 90]),
+        corpus_ids=np.arange(100, 106),
+    )
     qrels = load_dataset(tmp_path / "d.npz").qrels.toarray()
     assert qrels[0, 5] == 1 and qrels[2, 0] == 1 and qrels.sum() == 2
 
@@ -95,8 +114,14 @@ def _write_folder(folder: Path, corpus_format: str) -> None:
 @pytest.mark.parametrize("corpus_format", ["npy", "parquet"])
 def test_folder_with_beir_qrels_equals_the_single_file(tmp_path: Path, corpus_format: str) -> None:
     _write_folder(tmp_path / "folder", corpus_format)
-    np.savez(tmp_path / "one.npz", corpus=CORPUS, queries=QUERIES, labels=LABELS, query_labels=QUERY_LABELS,
-             **_qrel_arrays())
+    np.savez(
+        tmp_path / "one.npz",
+        corpus=CORPUS,
+        queries=QUERIES,
+        labels=LABELS,
+        query_labels=QUERY_LABELS,
+        **_qrel_arrays(),
+    )
     from_folder = load_dataset(tmp_path / "folder")
     _assert_same(from_folder, load_dataset(tmp_path / "one.npz"))
     np.testing.assert_array_equal(from_folder.qrels.toarray(), EXPECTED_QRELS)
@@ -114,8 +139,16 @@ def test_folder_with_gold(tmp_path: Path) -> None:
 @pytest.mark.parametrize("relevance", ["gold", "graded"])
 def test_save_then_load_gives_the_same_dataset(tmp_path: Path, suffix: str, relevance: str) -> None:
     if relevance == "gold":
-        dataset = Dataset.from_gold("tiny", CORPUS, QUERIES, np.array([5, 0, 2]), labels=LABELS,
-                                    query_labels=QUERY_LABELS, description="by hand", metadata={"k": "v"})
+        dataset = Dataset.from_gold(
+            "tiny",
+            CORPUS,
+            QUERIES,
+            np.array([5, 0, 2]),
+            labels=LABELS,
+            query_labels=QUERY_LABELS,
+            description="by hand",
+            metadata={"k": "v"},
+        )
     else:
         np.savez(tmp_path / "src.npz", corpus=CORPUS, queries=QUERIES, **_qrel_arrays())
         dataset = load_dataset(tmp_path / "src.npz", name="tiny")
@@ -128,15 +161,24 @@ def test_save_then_load_gives_the_same_dataset(tmp_path: Path, suffix: str, rele
 
 
 def test_save_keeps_float16_and_writes_gold(tmp_path: Path) -> None:
-    dataset = Dataset.from_gold("h", CORPUS.astype(np.float16), QUERIES.astype(np.float16), np.array([0, 1, 2]))
+    dataset = Dataset.from_gold(
+        "h", CORPUS.astype(np.float16), QUERIES.astype(np.float16), np.array([0, 1, 2])
+    )
     save_dataset(dataset, tmp_path / "h.npz")
     with np.load(tmp_path / "h.npz") as archive:
-        assert archive["corpus"].dtype == np.float16 and "gold" in archive.files and "qrels_query" not in archive.files
+        assert (
+            archive["corpus"].dtype == np.float16
+            and "gold" in archive.files
+            and "qrels_query" not in archive.files
+        )
 
 
 def test_safetensors_written_by_hand(tmp_path: Path) -> None:
-    tensors = {"corpus": torch.from_numpy(CORPUS).to(torch.bfloat16), "queries": torch.from_numpy(QUERIES),
-               "gold": torch.tensor([0, 1, 2])}
+    tensors = {
+        "corpus": torch.from_numpy(CORPUS).to(torch.bfloat16),
+        "queries": torch.from_numpy(QUERIES),
+        "gold": torch.tensor([0, 1, 2]),
+    }
     save_file(tensors, str(tmp_path / "d.safetensors"))
     dataset = load_dataset(tmp_path / "d.safetensors")
     assert dataset.corpus.dtype == np.float32
@@ -187,33 +229,93 @@ def test_corpus_alone_splits_labels_and_caps_queries_at_1000(tmp_path: Path) -> 
 
 BAD_FILES = {
     "no corpus": ({"queries": QUERIES, "gold": np.array([0, 1, 2])}, ValueError, "missing array 'corpus'"),
-    "integer corpus": ({"corpus": CORPUS.astype(np.int32), "queries": QUERIES, "gold": np.array([0, 1, 2])},
-                       TypeError, "must hold floats"),
+    "integer corpus": (
+        {"corpus": CORPUS.astype(np.int32), "queries": QUERIES, "gold": np.array([0, 1, 2])},
+        TypeError,
+        "must hold floats",
+    ),
     "1-D queries": ({"corpus": CORPUS, "queries": QUERIES[0], "gold": np.array([0])}, ValueError, "2-D"),
-    "wrong dim": ({"corpus": CORPUS, "queries": QUERIES[:, :3], "gold": np.array([0, 1, 2])}, ValueError,
-                  "dimension 3"),
-    "NaN": ({"corpus": np.where(np.arange(24).reshape(6, 4) == 9, np.nan, CORPUS), "queries": QUERIES,
-             "gold": np.array([0, 1, 2])}, ValueError, "first: row 2"),
+    "wrong dim": (
+        {"corpus": CORPUS, "queries": QUERIES[:, :3], "gold": np.array([0, 1, 2])},
+        ValueError,
+        "dimension 3",
+    ),
+    "NaN": (
+        {
+            "corpus": np.where(np.arange(24).reshape(6, 4) == 9, np.nan, CORPUS),
+            "queries": QUERIES,
+            "gold": np.array([0, 1, 2]),
+        },
+        ValueError,
+        "first: row 2",
+    ),
     "no relevance": ({"corpus": CORPUS, "queries": QUERIES}, ValueError, "got neither"),
-    "both relevances": ({"corpus": CORPUS, "queries": QUERIES, "gold": np.array([0, 1, 2]),
-                         "qrels": np.array([[0, 1, 1]])}, ValueError, "got both"),
-    "gold out of range": ({"corpus": CORPUS, "queries": QUERIES, "gold": np.array([0, 1, 6])}, ValueError,
-                          "outside 0..5"),
-    "gold wrong length": ({"corpus": CORPUS, "queries": QUERIES, "gold": np.array([0, 1])}, ValueError, "(3,)"),
-    "float gold": ({"corpus": CORPUS, "queries": QUERIES, "gold": np.array([0.0, 1, 2])}, TypeError, "integers"),
-    "unknown id": ({"corpus": CORPUS, "queries": QUERIES, **{**_qrel_arrays(), "qrels_corpus": np.array(
-        ["d3", "d0", "zz", "d1"])}}, ValueError, "'zz'"),
-    "ids without id arrays": ({"corpus": CORPUS, "queries": QUERIES, "qrels_query": np.array(["q-a"]),
-                               "qrels_corpus": np.array(["d1"])}, ValueError, "give query_ids"),
-    "duplicate ids": ({"corpus": CORPUS, "queries": QUERIES, **{**_qrel_arrays(), "corpus_ids": np.array(
-        ["d0", "d0", "d2", "d3", "d4", "d5"])}}, ValueError, "duplicate"),
-    "duplicate pair": ({"corpus": CORPUS, "queries": QUERIES, "qrels": np.array([[0, 1, 1], [0, 1, 2]])},
-                       ValueError, "more than once"),
-    "row out of range": ({"corpus": CORPUS, "queries": QUERIES, "qrels_query": np.array([3]),
-                          "qrels_corpus": np.array([0])}, ValueError, "outside 0..2"),
+    "both relevances": (
+        {"corpus": CORPUS, "queries": QUERIES, "gold": np.array([0, 1, 2]), "qrels": np.array([[0, 1, 1]])},
+        ValueError,
+        "got both",
+    ),
+    "gold out of range": (
+        {"corpus": CORPUS, "queries": QUERIES, "gold": np.array([0, 1, 6])},
+        ValueError,
+        "outside 0..5",
+    ),
+    "gold wrong length": (
+        {"corpus": CORPUS, "queries": QUERIES, "gold": np.array([0, 1])},
+        ValueError,
+        "(3,)",
+    ),
+    "float gold": (
+        {"corpus": CORPUS, "queries": QUERIES, "gold": np.array([0.0, 1, 2])},
+        TypeError,
+        "integers",
+    ),
+    "unknown id": (
+        {
+            "corpus": CORPUS,
+            "queries": QUERIES,
+            **_qrel_arrays(),
+            "qrels_corpus": np.array(["d3", "d0", "zz", "d1"]),
+        },
+        ValueError,
+        "'zz'",
+    ),
+    "ids without id arrays": (
+        {
+            "corpus": CORPUS,
+            "queries": QUERIES,
+            "qrels_query": np.array(["q-a"]),
+            "qrels_corpus": np.array(["d1"]),
+        },
+        ValueError,
+        "give query_ids",
+    ),
+    "duplicate ids": (
+        {
+            "corpus": CORPUS,
+            "queries": QUERIES,
+            **_qrel_arrays(),
+            "corpus_ids": np.array(["d0", "d0", "d2", "d3", "d4", "d5"]),
+        },
+        ValueError,
+        "duplicate",
+    ),
+    "duplicate pair": (
+        {"corpus": CORPUS, "queries": QUERIES, "qrels": np.array([[0, 1, 1], [0, 1, 2]])},
+        ValueError,
+        "more than once",
+    ),
+    "row out of range": (
+        {"corpus": CORPUS, "queries": QUERIES, "qrels_query": np.array([3]), "qrels_corpus": np.array([0])},
+        ValueError,
+        "outside 0..2",
+    ),
     "typo": ({"corpus": CORPUS, "queries": QUERIES, "golds": np.array([0, 1, 2])}, ValueError, "valid names"),
-    "labels wrong length": ({"corpus": CORPUS, "queries": QUERIES, "gold": np.array([0, 1, 2]),
-                             "labels": np.array([0, 1])}, ValueError, "labels must have shape (6,)"),
+    "labels wrong length": (
+        {"corpus": CORPUS, "queries": QUERIES, "gold": np.array([0, 1, 2]), "labels": np.array([0, 1])},
+        ValueError,
+        "labels must have shape (6,)",
+    ),
 }
 
 

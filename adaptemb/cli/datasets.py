@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -13,8 +13,10 @@ from rich.table import Table
 from adaptemb.cli import app
 from adaptemb.cli.errors import friendly_errors
 
-datasets_app = typer.Typer(help="Built-in real datasets: list them, build them into the cache, inspect a dataset.",
-                           no_args_is_help=True)
+datasets_app = typer.Typer(
+    help="Built-in real datasets: list them, build them into the cache, inspect a dataset.",
+    no_args_is_help=True,
+)
 app.add_typer(datasets_app, name="datasets")
 console = Console()
 
@@ -40,16 +42,44 @@ def list_command() -> None:
 @datasets_app.command("build")
 @friendly_errors
 def build_command(
-    name: Annotated[str, typer.Argument(help="What to build: wordnet (wordnet-examples + wordnet-lemmas) or fashion-mnist.")],
-    model: Annotated[Optional[str], typer.Option(
-        "--model", help="wordnet: a local sentence-transformers/transformers model folder (default: bundled "
-        "all-MiniLM-L6-v2). fashion-mnist: efficientnet-lite0 (default), timm:NAME or open_clip:NAME.")] = None,
-    limit: Annotated[Optional[int], typer.Option(
-        "--limit", min=5, help="wordnet: corpus rows (default all 32,663). fashion-mnist: training images, test "
-        "images = limit/5 (default all 60,000 on GPU, 5,000 on CPU).")] = None,
-    out: Annotated[Optional[Path], typer.Option(
-        "--out", help="Folder to write NAME.npz into (default: the cache, where `--data NAME` finds it).")] = None,
-    device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda, cuda:1 (default: CUDA when present).")] = None,
+    name: Annotated[
+        str,
+        typer.Argument(help="What to build: wordnet (wordnet-examples + wordnet-lemmas) or fashion-mnist."),
+    ],
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="wordnet: a local sentence-transformers/transformers model folder (default: bundled "
+            "all-MiniLM-L6-v2). fashion-mnist: efficientnet-lite0 (default), timm:NAME or open_clip:NAME.",
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            min=5,
+            help="wordnet: corpus rows (default all 32,663). fashion-mnist: training images, test "
+            "images = limit/5 (default all 60,000 on GPU, 5,000 on CPU).",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="Folder to write NAME.npz into (default: the cache, where `--data NAME` finds it)."
+        ),
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option("--device", help="cpu, cuda, cuda:1 (default: CUDA when present).")
+    ] = None,
+    image_size: Annotated[
+        int | None,
+        typer.Option(
+            "--image-size",
+            min=16,
+            help="fashion-mnist: backbone input size in px (default 224 on GPU, 112 on CPU).",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
     """Build a built-in dataset (embedding its raw texts or images) and save it."""
@@ -59,7 +89,9 @@ def build_command(
         name = "wordnet"
     start = time.perf_counter()
     try:
-        written = build_builtin(name, model=model, limit=limit, out=out, device=device, progress=not quiet)
+        written = build_builtin(
+            name, model=model, limit=limit, out=out, device=device, image_size=image_size, progress=not quiet
+        )
     except ImportError as err:
         raise ValueError(str(err)) from None
     for dataset_name, path in written.items():
@@ -79,7 +111,9 @@ def info_command(
     per_query = dataset.qrels.getnnz(axis=1)
     console.print(f"[bold]{dataset.name}[/]: {dataset.description}")
     console.print(f"corpus {dataset.corpus.shape}, queries {dataset.queries.shape}, dim {dataset.dim}")
-    console.print(f"relevant rows per query: min {per_query.min()}, mean {per_query.mean():.2f}, max {per_query.max()}")
+    console.print(
+        f"relevant rows per query: min {per_query.min()}, mean {per_query.mean():.2f}, max {per_query.max()}"
+    )
     for field in ("labels", "query_labels"):
         labels = getattr(dataset, field)
         console.print(f"{field}: {'none' if labels is None else f'{len(set(labels.tolist()))} classes'}")

@@ -29,10 +29,18 @@ class BuiltinDataset:
 BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
     item.name: item
     for item in (
-        BuiltinDataset("default", "default", "WordNet example -> definition, 8,000 x 384 MiniLM (float16), shipped"),
-        BuiltinDataset("wordnet-examples", "wordnet", "WordNet example sentence -> definition, 32,663 x 384 MiniLM"),
-        BuiltinDataset("wordnet-lemmas", "wordnet", "WordNet lemma -> definitions of all its senses, 32,663 x 384"),
-        BuiltinDataset("fashion-mnist", "fashion-mnist", "Fashion-MNIST train -> test, efficientnet-lite0 1280-d, 1-NN"),
+        BuiltinDataset(
+            "default", "default", "WordNet example -> definition, 8,000 x 384 MiniLM (float16), shipped"
+        ),
+        BuiltinDataset(
+            "wordnet-examples", "wordnet", "WordNet example sentence -> definition, 32,663 x 384 MiniLM"
+        ),
+        BuiltinDataset(
+            "wordnet-lemmas", "wordnet", "WordNet lemma -> definitions of all its senses, 32,663 x 384"
+        ),
+        BuiltinDataset(
+            "fashion-mnist", "fashion-mnist", "Fashion-MNIST train -> test, efficientnet-lite0 1280-d, 1-NN"
+        ),
     )
 }
 BUILDERS = ("wordnet", "fashion-mnist")
@@ -79,20 +87,27 @@ def build_builtin(
     limit: int | None = None,
     out: str | Path | None = None,
     device: str | None = None,
+    image_size: int | None = None,
     progress: bool = True,
 ) -> dict[str, Path]:
     """Build the datasets of ``builder`` ("wordnet" or "fashion-mnist") and save them in ``out``.
 
     ``out`` is a folder (default: the cache's ``datasets/``); returns ``{name: file}``.
+    ``image_size`` applies to fashion-mnist only.
     """
     from adaptemb.datasets.formats import save_dataset
 
     if builder not in BUILDERS:
-        raise ValueError(f"unknown dataset builder {builder!r}{did_you_mean(builder, BUILDERS)}; valid: {', '.join(BUILDERS)}")
+        raise ValueError(
+            f"unknown dataset builder {builder!r}{did_you_mean(builder, BUILDERS)}; valid: {', '.join(BUILDERS)}"
+        )
+    if image_size is not None and builder != "fashion-mnist":
+        raise ValueError(f"image_size applies to fashion-mnist only, not {builder!r}")
+    options = {"image_size": image_size} if image_size is not None else {}
     folder = Path(out).expanduser() if out is not None else cache_dir() / "datasets"
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    datasets = _run_builder(builder, model=model, limit=limit, device=device, progress=progress)
+    datasets = _run_builder(builder, model=model, limit=limit, device=device, progress=progress, **options)
     seconds = f"{time.perf_counter() - start:.1f}"
     written = {}
     for name, dataset in datasets.items():
@@ -114,8 +129,10 @@ def _run_builder(builder: str, **options: object) -> dict[str, Dataset]:
 def unknown_dataset_message(source: str) -> str:
     """The error text for a source that is neither a path nor a built-in name."""
     names = list(BUILTIN_DATASETS)
-    return (f"no file or folder {source!r}, and no built-in dataset of that name{did_you_mean(source, names)}; "
-            f"built-in datasets: {', '.join(names)}")
+    return (
+        f"no file or folder {source!r}, and no built-in dataset of that name{did_you_mean(source, names)}; "
+        f"built-in datasets: {', '.join(names)}"
+    )
 
 
 def _get(name: str) -> BuiltinDataset:

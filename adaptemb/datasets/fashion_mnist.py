@@ -21,11 +21,29 @@ from adaptemb.datasets.base import Dataset
 from adaptemb.datasets.formats import exact_top_k
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
-CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
+CLASSES = (
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
 RELEVANCE_DEPTH = 100
-CPU_DEFAULT_LIMIT = 5000  # training images when no GPU is present (5,000 + 1,000 take minutes on 2 cores)
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
-               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+CPU_DEFAULT_LIMIT = 5000  # training images when no GPU is present (plus 1,000 test images)
+CPU_DEFAULT_IMAGE_SIZE = 112  # on CPU: 28-px images upsampled 4x instead of 8x, about 4x cheaper than 224 px
+_IDX_DTYPES = {
+    0x08: np.uint8,
+    0x09: np.int8,
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
 
 
 def read_idx(path: str | Path) -> np.ndarray:
@@ -41,7 +59,9 @@ def read_idx(path: str | Path) -> np.ndarray:
     dtype = np.dtype(_IDX_DTYPES[raw[2]])
     expected = 4 + 4 * ndim + int(np.prod(shape)) * dtype.itemsize
     if len(raw) != expected:
-        raise ValueError(f"{source}: IDX header promises {expected} bytes for shape {shape}, file has {len(raw)}")
+        raise ValueError(
+            f"{source}: IDX header promises {expected} bytes for shape {shape}, file has {len(raw)}"
+        )
     return np.frombuffer(raw, dtype=dtype, offset=4 + 4 * ndim).reshape(shape).astype(dtype.newbyteorder("="))
 
 
@@ -51,25 +71,37 @@ def read_fashion_mnist(split: str, folder: str | Path = FASHION_MNIST_DIR) -> tu
     if prefix is None:
         raise ValueError(f"unknown split {split!r}; valid: train, test")
     root = Path(folder)
-    images_path, labels_path = root / f"{prefix}-images-idx3-ubyte.gz", root / f"{prefix}-labels-idx1-ubyte.gz"
+    images_path, labels_path = (
+        root / f"{prefix}-images-idx3-ubyte.gz",
+        root / f"{prefix}-labels-idx1-ubyte.gz",
+    )
     for path in (images_path, labels_path):
         if not path.is_file():
-            raise FileNotFoundError(f"Fashion-MNIST file {path} not found; install Debian's dataset-fashion-mnist "
-                                    "package or point folder= at the four IDX files")
+            raise FileNotFoundError(
+                f"Fashion-MNIST file {path} not found; install Debian's dataset-fashion-mnist "
+                "package or point folder= at the four IDX files"
+            )
     images, labels = read_idx(images_path), read_idx(labels_path)
     if images.ndim != 3 or labels.shape != (len(images),):
         raise ValueError(f"{root}: {split} images {images.shape} and labels {labels.shape} do not match")
     return images, labels.astype(np.int64)
 
 
-def same_class_neighbours(queries: np.ndarray, corpus: np.ndarray, query_labels: np.ndarray,
-                          labels: np.ndarray, depth: int = RELEVANCE_DEPTH) -> sp.csr_matrix:
+def same_class_neighbours(
+    queries: np.ndarray,
+    corpus: np.ndarray,
+    query_labels: np.ndarray,
+    labels: np.ndarray,
+    depth: int = RELEVANCE_DEPTH,
+) -> sp.csr_matrix:
     """(q, n) relevance: corpus rows among each query's exact top-``depth`` that share its class."""
     top = exact_top_k(queries, corpus, min(depth, len(corpus)))
     relevant = labels[top] == query_labels[:, None]
     rows = np.repeat(np.arange(len(queries)), top.shape[1])[relevant.ravel()]
-    return sp.csr_matrix((np.ones(len(rows), np.float32), (rows, top.ravel()[relevant.ravel()])),
-                         shape=(len(queries), len(corpus)))
+    return sp.csr_matrix(
+        (np.ones(len(rows), np.float32), (rows, top.ravel()[relevant.ravel()])),
+        shape=(len(queries), len(corpus)),
+    )
 
 
 def build_fashion_mnist(
@@ -83,13 +115,18 @@ def build_fashion_mnist(
     folder: str | Path = FASHION_MNIST_DIR,
     progress: bool = True,
 ) -> Dataset:
-    """Embed Fashion-MNIST (``limit`` train images, ``limit // 5`` test images; None: all, or 5,000 on CPU)."""
+    """Embed Fashion-MNIST: ``limit`` train images and ``limit // 5`` test images.
+
+    Defaults: on GPU all 60,000 + 10,000 images at the model's input size (224 px for efficientnet-lite0);
+    on CPU 5,000 + 1,000 images at 112 px. ``image_size`` overrides the input size.
+    """
     from adaptemb.encoders._common import resolve_device
     from adaptemb.encoders.image import EFFICIENTNET_LITE0, load_image_encoder
 
     resolved = resolve_device(device)
-    if limit is None and resolved.type == "cpu":
-        limit = CPU_DEFAULT_LIMIT
+    if resolved.type == "cpu":
+        limit = CPU_DEFAULT_LIMIT if limit is None else limit
+        image_size = CPU_DEFAULT_IMAGE_SIZE if image_size is None else image_size
     if limit is not None and limit < 5:
         raise ValueError(f"limit must be at least 5 training images (queries are limit // 5); got {limit}")
     train_images, train_labels = read_fashion_mnist("train", folder)
@@ -97,15 +134,26 @@ def build_fashion_mnist(
     if limit is not None:
         train_images, train_labels = train_images[:limit], train_labels[:limit]
         test_images, test_labels = test_images[: max(1, limit // 5)], test_labels[: max(1, limit // 5)]
-    encoder = load_image_encoder(model or EFFICIENTNET_LITE0, weights=weights, image_size=image_size, device=resolved)
+    encoder = load_image_encoder(
+        model or EFFICIENTNET_LITE0, weights=weights, image_size=image_size, device=resolved
+    )
     corpus = encoder.encode(train_images, batch_size=batch_size, progress=progress)
     queries = encoder.encode(test_images, batch_size=batch_size, progress=progress)
     qrels = same_class_neighbours(queries, corpus, test_labels, train_labels)
     return Dataset(
-        "fashion-mnist", corpus, queries, qrels, labels=train_labels, query_labels=test_labels,
+        "fashion-mnist",
+        corpus,
+        queries,
+        qrels,
+        labels=train_labels,
+        query_labels=test_labels,
         description=f"Fashion-MNIST {len(corpus)} train -> {len(queries)} test images, {encoder.name} features; "
-                    "headline metric: 1-NN accuracy",
-        metadata={"source": "Fashion-MNIST (Debian dataset-fashion-mnist)", "model": encoder.name,
-                  "image_size": str(encoder.image_size), "limit": str(limit),
-                  "relevance": f"same-class rows among the exact top-{RELEVANCE_DEPTH} neighbours"},
+        "headline metric: 1-NN accuracy",
+        metadata={
+            "source": "Fashion-MNIST (Debian dataset-fashion-mnist)",
+            "model": encoder.name,
+            "image_size": str(encoder.image_size),
+            "limit": str(limit),
+            "relevance": f"same-class rows among the exact top-{RELEVANCE_DEPTH} neighbours",
+        },
     )

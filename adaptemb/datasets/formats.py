@@ -51,10 +51,15 @@ FILE_SUFFIXES = (".npz", ".safetensors", ".npy", ".parquet")
 HOLDOUT_MAX_QUERIES = 1000
 HOLDOUT_FRACTION = 0.1
 HOLDOUT_NEIGHBOURS = 10
-_PARQUET_ID_COLUMNS = {"corpus": ("id", "_id", "corpus-id", "corpus_id"), "queries": ("id", "_id", "query-id", "query_id")}
+_PARQUET_ID_COLUMNS = {
+    "corpus": ("id", "_id", "corpus-id", "corpus_id"),
+    "queries": ("id", "_id", "query-id", "query_id"),
+}
 
 
-def load_dataset(source: str | Path, *, name: str | None = None, seed: int = 0, progress: bool = True) -> Dataset:
+def load_dataset(
+    source: str | Path, *, name: str | None = None, seed: int = 0, progress: bool = True
+) -> Dataset:
     """Load a dataset from a file, a folder or a built-in name (built on first use).
 
     ``seed`` picks the held-out queries of a corpus-only source (format (c)); ``progress`` shows
@@ -87,18 +92,28 @@ def save_dataset(dataset: Dataset, path: str | Path) -> Path:
     if target.suffix.lower() not in (".npz", ".safetensors"):
         raise ValueError(f"save_dataset writes .npz or .safetensors files; got {target.name!r}")
     arrays = dataset_arrays(dataset)
-    header = {"format": DATASET_FORMAT, "format_version": "1", "name": dataset.name,
-              "description": dataset.description, "metadata": dict(dataset.metadata)}
+    header = {
+        "format": DATASET_FORMAT,
+        "format_version": "1",
+        "name": dataset.name,
+        "description": dataset.description,
+        "metadata": dict(dataset.metadata),
+    }
     if target.suffix.lower() == ".npz":
         arrays[HEADER_KEY] = np.array(json.dumps(header))
-        return atomic_write(target, lambda tmp: _write_npz(tmp, arrays))
-    return atomic_write(target, lambda tmp: _write_safetensors(tmp, arrays, header))
+        atomic_write(target, lambda tmp: _write_npz(tmp, arrays))
+    else:
+        atomic_write(target, lambda tmp: _write_safetensors(tmp, arrays, header))
+    target.chmod(0o644)  # the temporary file was private (0600); a dataset is meant to be shared
+    return target
 
 
 def dataset_arrays(dataset: Dataset) -> dict[str, np.ndarray]:
     """The format (a) arrays of ``dataset`` (row-number relevance, no ids)."""
-    arrays: dict[str, np.ndarray] = {"corpus": np.ascontiguousarray(dataset.corpus),
-                                     "queries": np.ascontiguousarray(dataset.queries)}
+    arrays: dict[str, np.ndarray] = {
+        "corpus": np.ascontiguousarray(dataset.corpus),
+        "queries": np.ascontiguousarray(dataset.queries),
+    }
     qrels = dataset.qrels.tocsr()
     qrels.eliminate_zeros()
     qrels.sort_indices()
@@ -106,8 +121,11 @@ def dataset_arrays(dataset: Dataset) -> dict[str, np.ndarray]:
         arrays["gold"] = qrels.indices.astype(np.int64)
     else:
         coo = qrels.tocoo()
-        arrays.update(qrels_query=coo.row.astype(np.int64), qrels_corpus=coo.col.astype(np.int64),
-                      qrels_grade=coo.data.astype(np.float32))
+        arrays.update(
+            qrels_query=coo.row.astype(np.int64),
+            qrels_corpus=coo.col.astype(np.int64),
+            qrels_grade=coo.data.astype(np.float32),
+        )
     for key in LABEL_NAMES:
         if getattr(dataset, key) is not None:
             arrays[key] = np.ascontiguousarray(getattr(dataset, key)).astype(np.int64)
@@ -123,7 +141,9 @@ def read_file(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         return _read_safetensors(path)
     if suffix in (".npy", ".parquet"):
         return {"corpus": load_embeddings(path)}, {}
-    raise ValueError(f"cannot read {path.name}: a dataset file is one of {', '.join(FILE_SUFFIXES)}, or a folder")
+    raise ValueError(
+        f"cannot read {path.name}: a dataset file is one of {', '.join(FILE_SUFFIXES)}, or a folder"
+    )
 
 
 def read_folder(folder: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -133,7 +153,9 @@ def read_folder(folder: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         found = [folder / f"{part}{suffix}" for suffix in (".npy", ".parquet", ".safetensors")]
         found = [file for file in found if file.is_file()]
         if len(found) > 1:
-            raise ValueError(f"{folder} holds {len(found)} {part} files ({', '.join(f.name for f in found)}); keep one")
+            raise ValueError(
+                f"{folder} holds {len(found)} {part} files ({', '.join(f.name for f in found)}); keep one"
+            )
         if found:
             arrays[part] = load_embeddings(found[0])
             if found[0].suffix == ".parquet":
@@ -147,7 +169,9 @@ def read_folder(folder: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     if (folder / "qrels.tsv").is_file():
         arrays.update(read_qrels_tsv(folder / "qrels.tsv"))
     if "corpus" not in arrays:
-        raise ValueError(f"{folder} holds no corpus.npy, corpus.parquet or corpus.safetensors; a dataset folder needs one")
+        raise ValueError(
+            f"{folder} holds no corpus.npy, corpus.parquet or corpus.safetensors; a dataset folder needs one"
+        )
     return arrays, {}
 
 
@@ -158,8 +182,10 @@ def read_qrels_tsv(path: Path) -> dict[str, np.ndarray]:
     for number, line in enumerate(lines[1:], start=2):
         fields = line.split("\t")
         if len(fields) != 3:
-            raise ValueError(f"{path.name} line {number}: expected 3 tab-separated fields "
-                             f"(query-id, corpus-id, score), got {len(fields)}: {line[:80]!r}")
+            raise ValueError(
+                f"{path.name} line {number}: expected 3 tab-separated fields "
+                f"(query-id, corpus-id, score), got {len(fields)}: {line[:80]!r}"
+            )
         try:
             grades.append(float(fields[2]))
         except ValueError:
@@ -168,17 +194,24 @@ def read_qrels_tsv(path: Path) -> dict[str, np.ndarray]:
         docs.append(fields[1].strip())
     if not queries:
         raise ValueError(f"{path.name} has no qrels lines after its header (query-id, corpus-id, score)")
-    return {"qrels_query": np.array(queries), "qrels_corpus": np.array(docs),
-            "qrels_grade": np.array(grades, dtype=np.float32)}
+    return {
+        "qrels_query": np.array(queries),
+        "qrels_corpus": np.array(docs),
+        "qrels_grade": np.array(grades, dtype=np.float32),
+    }
 
 
 def dataset_from_arrays(arrays: Mapping[str, np.ndarray], *, name: str, seed: int = 0) -> Dataset:
     """Validate named arrays (see the module docstring) and build the Dataset they describe."""
     unknown = sorted(set(arrays) - set(ARRAY_NAMES))
     if unknown:
-        raise ValueError(f"dataset {name!r}: unknown array(s) {', '.join(unknown)}; valid names: {', '.join(ARRAY_NAMES)}")
+        raise ValueError(
+            f"dataset {name!r}: unknown array(s) {', '.join(unknown)}; valid names: {', '.join(ARRAY_NAMES)}"
+        )
     if "corpus" not in arrays:
-        raise ValueError(f"dataset {name!r}: missing array 'corpus' (n, d); it has: {', '.join(arrays) or 'nothing'}")
+        raise ValueError(
+            f"dataset {name!r}: missing array 'corpus' (n, d); it has: {', '.join(arrays) or 'nothing'}"
+        )
     corpus = as_embeddings(arrays["corpus"], "corpus")
     labels = _labels(arrays.get("labels"), len(corpus), "labels")
     if "queries" not in arrays:
@@ -195,17 +228,23 @@ def dataset_from_arrays(arrays: Mapping[str, np.ndarray], *, name: str, seed: in
 def as_embeddings(array: np.ndarray, what: str, dim: int | None = None) -> np.ndarray:
     """Check a float (rows, d) embedding array and return it as float32."""
     if array.dtype.kind != "f":
-        raise TypeError(f"{what} must hold floats (float16/32/64); got dtype {array.dtype}. "
-                        "Integer codes are not embeddings: convert them with .astype(np.float32) if they are")
+        raise TypeError(
+            f"{what} must hold floats (float16/32/64); got dtype {array.dtype}. "
+            "Integer codes are not embeddings: convert them with .astype(np.float32) if they are"
+        )
     if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:
         raise ValueError(f"{what} must be a non-empty 2-D array (rows, d); got shape {array.shape}")
     if dim is not None and array.shape[1] != dim:
-        raise ValueError(f"{what} have dimension {array.shape[1]} but corpus has dimension {dim}; they must match")
+        raise ValueError(
+            f"{what} have dimension {array.shape[1]} but corpus has dimension {dim}; they must match"
+        )
     out = np.ascontiguousarray(array, dtype=np.float32)
     bad = ~np.isfinite(out).all(axis=1)
     if bad.any():
-        raise ValueError(f"{what} contain NaN or infinite values in {int(bad.sum())} rows (first: row "
-                         f"{int(np.argmax(bad))}); all values must be finite")
+        raise ValueError(
+            f"{what} contain NaN or infinite values in {int(bad.sum())} rows (first: row "
+            f"{int(np.argmax(bad))}); all values must be finite"
+        )
     return out
 
 
@@ -216,28 +255,45 @@ def holdout_split(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """
     n_queries = min(HOLDOUT_MAX_QUERIES, int(n * HOLDOUT_FRACTION))
     if n_queries < 1 or n - n_queries < HOLDOUT_NEIGHBOURS:
-        raise ValueError(f"a corpus-only dataset needs at least 20 rows (10% become queries, each judged against "
-                         f"its top-{HOLDOUT_NEIGHBOURS}); got {n}")
+        raise ValueError(
+            f"a corpus-only dataset needs at least 20 rows (10% become queries, each judged against "
+            f"its top-{HOLDOUT_NEIGHBOURS}); got {n}"
+        )
     order = np.random.default_rng(seed).permutation(n)
     return np.sort(order[:n_queries]), np.sort(order[n_queries:])
 
 
 def exact_top_k(queries: np.ndarray, corpus: np.ndarray, k: int, chunk: int = 16384) -> np.ndarray:
     """(q, k) corpus rows with the largest inner product per query, best first (ties: lower row first)."""
-    best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
+    k = min(k, len(corpus))
+    best_scores = np.zeros((len(queries), 0), dtype=np.float32)
     best_rows = np.zeros((len(queries), 0), dtype=np.int64)
     for start in range(0, len(corpus), chunk):
         scores = queries @ corpus[start : start + chunk].T
         rows = np.broadcast_to(np.arange(start, start + scores.shape[1]), scores.shape)
-        best_scores = np.concatenate([best_scores, scores], axis=1)
-        best_rows = np.concatenate([best_rows, rows], axis=1)
-        order = np.lexsort((best_rows, -best_scores), axis=1)[:, :k]
-        best_scores = np.take_along_axis(best_scores, order, axis=1)
-        best_rows = np.take_along_axis(best_rows, order, axis=1)
+        scores, rows = _best_k(scores, rows, k)
+        best_scores, best_rows = _best_k(
+            np.concatenate([best_scores, scores], axis=1), np.concatenate([best_rows, rows], axis=1), k
+        )
     return best_rows
 
 
-def holdout_dataset(corpus: np.ndarray, *, name: str, labels: np.ndarray | None = None, seed: int = 0) -> Dataset:
+def _best_k(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best (score, row) pairs of each line, sorted; every tie at the cut is considered."""
+    k = min(k, scores.shape[1])
+    kth = np.partition(scores, scores.shape[1] - k, axis=1)[:, scores.shape[1] - k]
+    line, col = np.nonzero(scores >= kth[:, None])
+    score, row = scores[line, col], rows[line, col]
+    order = np.lexsort((row, -score, line))
+    line, score, row = line[order], score[order], row[order]
+    rank = np.arange(len(line)) - np.searchsorted(line, line)
+    keep = rank < k
+    return score[keep].reshape(-1, k), row[keep].reshape(-1, k)
+
+
+def holdout_dataset(
+    corpus: np.ndarray, *, name: str, labels: np.ndarray | None = None, seed: int = 0
+) -> Dataset:
     """Format (c): held-out rows become queries; relevant = their exact top-10 inner-product neighbours."""
     query_rows, corpus_rows = holdout_split(len(corpus), seed)
     queries, rest = corpus[query_rows], corpus[corpus_rows]
@@ -247,11 +303,14 @@ def holdout_dataset(corpus: np.ndarray, *, name: str, labels: np.ndarray | None 
         shape=(len(queries), len(rest)),
     )
     return Dataset(
-        name, rest, queries, qrels,
+        name,
+        rest,
+        queries,
+        qrels,
         labels=None if labels is None else labels[corpus_rows],
         query_labels=None if labels is None else labels[query_rows],
         description=f"corpus only: {len(queries)} held-out rows (seed {seed}) judged against their exact "
-                    f"top-{HOLDOUT_NEIGHBOURS} inner-product neighbours",
+        f"top-{HOLDOUT_NEIGHBOURS} inner-product neighbours",
         metadata={"relevance": f"exact top-{HOLDOUT_NEIGHBOURS} inner product", "holdout_seed": str(seed)},
     )
 
@@ -260,14 +319,20 @@ def _relevance(arrays: Mapping[str, np.ndarray], n_queries: int, n_corpus: int) 
     has_gold = "gold" in arrays
     has_qrels = any(key in arrays for key in ("qrels", *QRELS_NAMES))
     if has_gold == has_qrels:
-        raise ValueError("give exactly one kind of relevance: 'gold' (q,) or qrels "
-                         f"('qrels_query', 'qrels_corpus'[, 'qrels_grade'] or 'qrels' (m, 3)); "
-                         f"got {'both' if has_gold else 'neither'}")
+        raise ValueError(
+            "give exactly one kind of relevance: 'gold' (q,) or qrels "
+            f"('qrels_query', 'qrels_corpus'[, 'qrels_grade'] or 'qrels' (m, 3)); "
+            f"got {'both' if has_gold else 'neither'}"
+        )
     if has_gold:
         gold = _integers(arrays["gold"], "gold", (n_queries,))
         if gold.size and (gold.min() < 0 or gold.max() >= n_corpus):
-            raise ValueError(f"gold holds corpus rows outside 0..{n_corpus - 1} (min {gold.min()}, max {gold.max()})")
-        return sp.csr_matrix((np.ones(n_queries, np.float32), (np.arange(n_queries), gold)), shape=(n_queries, n_corpus))
+            raise ValueError(
+                f"gold holds corpus rows outside 0..{n_corpus - 1} (min {gold.min()}, max {gold.max()})"
+            )
+        return sp.csr_matrix(
+            (np.ones(n_queries, np.float32), (np.arange(n_queries), gold)), shape=(n_queries, n_corpus)
+        )
     query_refs, corpus_refs, grades = _qrels_columns(arrays)
     rows = _resolve(query_refs, arrays.get("query_ids"), n_queries, "qrels_query", "query_ids")
     cols = _resolve(corpus_refs, arrays.get("corpus_ids"), n_corpus, "qrels_corpus", "corpus_ids")
@@ -281,11 +346,15 @@ def _relevance(arrays: Mapping[str, np.ndarray], n_queries: int, n_corpus: int) 
 def _qrels_columns(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if "qrels" in arrays:
         if any(key in arrays for key in QRELS_NAMES):
-            raise ValueError("give qrels either as one 'qrels' (m, 3) array or as qrels_query/qrels_corpus/qrels_grade")
+            raise ValueError(
+                "give qrels either as one 'qrels' (m, 3) array or as qrels_query/qrels_corpus/qrels_grade"
+            )
         table = arrays["qrels"]
         if table.ndim != 2 or table.shape[1] not in (2, 3) or table.dtype.kind not in "iuf":
-            raise ValueError(f"'qrels' must be a numeric (m, 3) array [query, corpus, grade] or (m, 2); "
-                             f"got shape {table.shape}, dtype {table.dtype}")
+            raise ValueError(
+                f"'qrels' must be a numeric (m, 3) array [query, corpus, grade] or (m, 2); "
+                f"got shape {table.shape}, dtype {table.dtype}"
+            )
         grades = table[:, 2] if table.shape[1] == 3 else np.ones(len(table))
         return _whole(table[:, 0], "qrels column 0"), _whole(table[:, 1], "qrels column 1"), _grades(grades)
     missing = [key for key in QRELS_NAMES[:2] if key not in arrays]
@@ -296,8 +365,10 @@ def _qrels_columns(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.nda
     if not (query_refs.ndim == corpus_refs.ndim == grades.ndim == 1) or not (
         len(query_refs) == len(corpus_refs) == len(grades)
     ):
-        raise ValueError(f"qrels_query, qrels_corpus and qrels_grade must be 1-D and equally long; got shapes "
-                         f"{query_refs.shape}, {corpus_refs.shape}, {grades.shape}")
+        raise ValueError(
+            f"qrels_query, qrels_corpus and qrels_grade must be 1-D and equally long; got shapes "
+            f"{query_refs.shape}, {corpus_refs.shape}, {grades.shape}"
+        )
     return query_refs, corpus_refs, _grades(grades)
 
 
@@ -319,8 +390,10 @@ def _resolve(refs: np.ndarray, ids: np.ndarray | None, rows: int, what: str, id_
         numbers = _row_numbers(refs, what, id_name)
         bad = (numbers < 0) | (numbers >= rows)
         if bad.any():
-            raise ValueError(f"{what} holds row numbers outside 0..{rows - 1} (e.g. {numbers[bad][0]}); "
-                             f"give {id_name} to use ids instead of row numbers")
+            raise ValueError(
+                f"{what} holds row numbers outside 0..{rows - 1} (e.g. {numbers[bad][0]}); "
+                f"give {id_name} to use ids instead of row numbers"
+            )
         return numbers
     keys = _id_strings(ids, id_name)
     if keys.shape != (rows,):
@@ -331,7 +404,9 @@ def _resolve(refs: np.ndarray, ids: np.ndarray | None, rows: int, what: str, id_
     wanted = _id_strings(refs, what).tolist()
     missing = [ref for ref in dict.fromkeys(wanted) if ref not in lookup]
     if missing:
-        raise ValueError(f"{len(missing)} id(s) in {what} are not in {id_name}: {', '.join(map(repr, missing[:5]))}")
+        raise ValueError(
+            f"{len(missing)} id(s) in {what} are not in {id_name}: {', '.join(map(repr, missing[:5]))}"
+        )
     return np.array([lookup[ref] for ref in wanted], dtype=np.int64)
 
 
@@ -343,13 +418,17 @@ def _row_numbers(refs: np.ndarray, what: str, id_name: str) -> np.ndarray:
             return np.array([int(ref) for ref in _id_strings(refs, what).tolist()], dtype=np.int64)
         except ValueError:
             pass
-    raise ValueError(f"{what} holds {refs.dtype} values that are not row numbers; give {id_name} "
-                     f"(one id per row) so they can be resolved")
+    raise ValueError(
+        f"{what} holds {refs.dtype} values that are not row numbers; give {id_name} "
+        f"(one id per row) so they can be resolved"
+    )
 
 
 def _id_strings(ids: np.ndarray, what: str) -> np.ndarray:
     if ids.ndim != 1 or ids.dtype.kind not in "iuUS":
-        raise TypeError(f"{what} must be a 1-D array of integer or string ids; got shape {ids.shape}, dtype {ids.dtype}")
+        raise TypeError(
+            f"{what} must be a 1-D array of integer or string ids; got shape {ids.shape}, dtype {ids.dtype}"
+        )
     if ids.dtype.kind == "S":
         ids = np.char.decode(ids, "utf-8")
     return ids.astype(str)
@@ -375,7 +454,9 @@ def _parquet_ids(path: Path, part: str) -> dict[str, np.ndarray]:
     if column is None:
         return {}
     ids = pq.read_table(path, columns=[column]).column(0).to_numpy(zero_copy_only=False)
-    return {"corpus_ids" if part == "corpus" else "query_ids": ids.astype(str) if ids.dtype == object else ids}
+    return {
+        "corpus_ids" if part == "corpus" else "query_ids": ids.astype(str) if ids.dtype == object else ids
+    }
 
 
 def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -385,7 +466,9 @@ def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {key: archive[key] for key in archive.files}
     except ValueError as err:
-        raise CorruptFileError(f"{path} holds object arrays, which adaptemb never loads (no pickle): {err}") from None
+        raise CorruptFileError(
+            f"{path} holds object arrays, which adaptemb never loads (no pickle): {err}"
+        ) from None
     except Exception as err:  # noqa: BLE001 - zip, OS and format errors all mean the same to the user
         raise CorruptFileError(f"{path} is not a readable .npz file: {err}") from None
     header = _parse_header(str(arrays.pop(HEADER_KEY))) if HEADER_KEY in arrays else {}
@@ -399,7 +482,7 @@ def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]
     try:
         with safe_open(str(path), framework="pt") as handle:
             metadata = dict(handle.metadata() or {})
-            tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+            tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - not a dict
     except Exception as err:  # noqa: BLE001
         raise CorruptFileError(f"{path} is not a valid safetensors file: {err}") from None
     arrays = {key: (t.float() if t.dtype == torch.bfloat16 else t).numpy() for key, t in tensors.items()}

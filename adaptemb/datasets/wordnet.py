@@ -27,14 +27,51 @@ from adaptemb.datasets.base import Dataset
 WORDNET_DIR = Path("/usr/share/wordnet")
 POS_FILES = ("noun", "verb", "adj", "adv")
 LEXNAMES: tuple[str, ...] = (
-    "adj.all", "adj.pert", "adv.all", "noun.Tops", "noun.act", "noun.animal", "noun.artifact",
-    "noun.attribute", "noun.body", "noun.cognition", "noun.communication", "noun.event", "noun.feeling",
-    "noun.food", "noun.group", "noun.location", "noun.motive", "noun.object", "noun.person",
-    "noun.phenomenon", "noun.plant", "noun.possession", "noun.process", "noun.quantity", "noun.relation",
-    "noun.shape", "noun.state", "noun.substance", "noun.time", "verb.body", "verb.change", "verb.cognition",
-    "verb.communication", "verb.competition", "verb.consumption", "verb.contact", "verb.creation",
-    "verb.emotion", "verb.motion", "verb.perception", "verb.possession", "verb.social", "verb.stative",
-    "verb.weather", "adj.ppl",
+    "adj.all",
+    "adj.pert",
+    "adv.all",
+    "noun.Tops",
+    "noun.act",
+    "noun.animal",
+    "noun.artifact",
+    "noun.attribute",
+    "noun.body",
+    "noun.cognition",
+    "noun.communication",
+    "noun.event",
+    "noun.feeling",
+    "noun.food",
+    "noun.group",
+    "noun.location",
+    "noun.motive",
+    "noun.object",
+    "noun.person",
+    "noun.phenomenon",
+    "noun.plant",
+    "noun.possession",
+    "noun.process",
+    "noun.quantity",
+    "noun.relation",
+    "noun.shape",
+    "noun.state",
+    "noun.substance",
+    "noun.time",
+    "verb.body",
+    "verb.change",
+    "verb.cognition",
+    "verb.communication",
+    "verb.competition",
+    "verb.consumption",
+    "verb.contact",
+    "verb.creation",
+    "verb.emotion",
+    "verb.motion",
+    "verb.perception",
+    "verb.possession",
+    "verb.social",
+    "verb.stative",
+    "verb.weather",
+    "adj.ppl",
 )
 TASKS = ("examples", "lemmas")
 _EXAMPLE = re.compile(r'"([^"]+)"')
@@ -158,20 +195,34 @@ def build_wordnet(
 
     corpus_emb = embed([synset.definition for synset in corpus])
     labels = np.array([synset.lexname_id for synset in corpus], dtype=np.int64)
-    meta = {"source": "WordNet 3.0 (Debian wordnet-base)", "model": encoder.name, "seed": str(seed),
-            "limit": str(limit), "max_queries": str(max_queries)}
+    meta = {
+        "source": "WordNet 3.0 (Debian wordnet-base)",
+        "model": encoder.name,
+        "seed": str(seed),
+        "limit": str(limit),
+        "max_queries": str(max_queries),
+    }
     out: dict[str, Dataset] = {}
     if "examples" in tasks:
         texts, gold = example_queries(corpus, max_queries, seed)
         out["wordnet-examples"] = Dataset.from_gold(
-            "wordnet-examples", corpus_emb, embed(texts), gold, labels=labels, query_labels=labels[gold],
+            "wordnet-examples",
+            corpus_emb,
+            embed(texts),
+            gold,
+            labels=labels,
+            query_labels=labels[gold],
             description="WordNet example sentence -> its synset's definition; labels: 45 lexicographer classes",
             metadata={**meta, "task": "examples"},
         )
     if "lemmas" in tasks:
         texts, qrels = lemma_queries(corpus, max_queries, seed)
         out["wordnet-lemmas"] = Dataset(
-            "wordnet-lemmas", corpus_emb, embed(texts), qrels, labels=labels,
+            "wordnet-lemmas",
+            corpus_emb,
+            embed(texts),
+            qrels,
+            labels=labels,
             description="WordNet lemma -> the definitions of all its senses; labels: 45 lexicographer classes",
             metadata={**meta, "task": "lemmas"},
         )

@@ -19,7 +19,9 @@ class ModelNotFoundError(AdaptembError, FileNotFoundError):
 
 def offline_hint(model: str, err: BaseException | None = None) -> ModelNotFoundError:
     """The error to raise when ``model`` cannot be loaded from local files."""
-    cause = f" ({type(err).__name__}: {str(err).splitlines()[0][:200]})" if err is not None and str(err) else ""
+    cause = (
+        f" ({type(err).__name__}: {str(err).splitlines()[0][:200]})" if err is not None and str(err) else ""
+    )
     return ModelNotFoundError(
         f"cannot load model {model!r} from local files{cause}; adaptemb never downloads weights: "
         "give a local path (a folder or weights file) or install a package that bundles the model"
@@ -32,7 +34,9 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     resolved = torch.device(device)
     if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {str(device)!r} was asked for but CUDA is not available; use 'cpu' or leave it unset")
+        raise ValueError(
+            f"device {str(device)!r} was asked for but CUDA is not available; use 'cpu' or leave it unset"
+        )
     return resolved
 
 

@@ -10,16 +10,16 @@ are resized to the model's input size, grey is repeated to 3 channels and the mo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from adaptemb.encoders._common import batched, l2_normalize, offline_hint, resolve_device
+from adaptemb.encoders._common import l2_normalize, offline_hint, resolve_device
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -39,16 +39,27 @@ class ImageEncoder:
     device: torch.device
 
     def encode(
-        self, images: np.ndarray | torch.Tensor, *, batch_size: int = 64, normalize: bool = True, progress: bool = True
+        self,
+        images: np.ndarray | torch.Tensor,
+        *,
+        batch_size: int = 64,
+        normalize: bool = True,
+        progress: bool = True,
     ) -> np.ndarray:
         """Features of ``images`` (see the module docstring for accepted shapes); unit rows when ``normalize``."""
         images = images if isinstance(images, torch.Tensor) else torch.from_numpy(np.asarray(images))
         if images.ndim not in (3, 4) or len(images) == 0:
-            raise ValueError(f"images must be (n, H, W), (n, H, W, C) or (n, C, H, W) with n > 0; got {tuple(images.shape)}")
+            raise ValueError(
+                f"images must be (n, H, W), (n, H, W, C) or (n, C, H, W) with n > 0; got {tuple(images.shape)}"
+            )
         chunks = []
         with torch.inference_mode():
-            for start in tqdm(range(0, len(images), batch_size), desc=f"encoding images ({self.name})",
-                              unit="batch", disable=not progress):
+            for start in tqdm(
+                range(0, len(images), batch_size),
+                desc=f"encoding images ({self.name})",
+                unit="batch",
+                disable=not progress,
+            ):
                 batch = self.preprocess(images[start : start + batch_size])
                 chunks.append(self.forward(batch).float().cpu().numpy())
         out = np.concatenate(chunks).astype(np.float32)
@@ -63,8 +74,9 @@ class ImageEncoder:
         elif x.shape[-1] in (1, 3, 4) and x.shape[1] not in (1, 3, 4):
             x = x.permute(0, 3, 1, 2)
         x = x[:, :3] if x.shape[1] >= 3 else x.expand(-1, 3, -1, -1)
-        x = F.interpolate(x, size=(self.image_size, self.image_size), mode="bilinear", antialias=True,
-                          align_corners=False)
+        x = F.interpolate(
+            x, size=(self.image_size, self.image_size), mode="bilinear", antialias=True, align_corners=False
+        )
         mean = torch.tensor(self.mean, device=self.device).view(1, 3, 1, 1)
         std = torch.tensor(self.std, device=self.device).view(1, 3, 1, 1)
         return (x - mean) / std
@@ -87,7 +99,9 @@ def load_image_encoder(
     elif model.startswith("open_clip:"):
         encoder = _open_clip(model.removeprefix("open_clip:"), weights, pretrained, resolved)
     else:
-        raise ValueError(f"unknown image model {model!r}; give {EFFICIENTNET_LITE0!r}, 'timm:NAME' or 'open_clip:NAME'")
+        raise ValueError(
+            f"unknown image model {model!r}; give {EFFICIENTNET_LITE0!r}, 'timm:NAME' or 'open_clip:NAME'"
+        )
     encoder.module.to(resolved).eval()
     if image_size is not None:
         encoder.image_size = int(image_size)
@@ -167,8 +181,12 @@ def _open_clip(name: str, weights: str | Path | None, pretrained: bool, device: 
     if pretrained and weights is None and not name.startswith("local-dir:"):
         raise offline_hint(f"open_clip:{name}")
     try:
-        net = open_clip.create_model(name, pretrained=str(weights) if pretrained and weights else None,
-                                     pretrained_text=False, device="cpu")
+        net = open_clip.create_model(
+            name,
+            pretrained=str(weights) if pretrained and weights else None,
+            pretrained_text=False,
+            device="cpu",
+        )
     except RuntimeError as err:
         raise ValueError(f"open_clip cannot build {name!r}: {err}") from None
     except (OSError, ValueError) as err:

@@ -37,7 +37,9 @@ def bundled_minilm_path() -> Path:
 class TextEncoder:
     """Turns texts into an (n, d) float32 array, batched, on the chosen device."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: object | None, name: str, device: torch.device) -> None:
+    def __init__(
+        self, model: torch.nn.Module, tokenizer: object | None, name: str, device: torch.device
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer  # None for sentence-transformers models, which tokenise themselves
         self.name = name
@@ -47,7 +49,10 @@ class TextEncoder:
     def dim(self) -> int:
         """Length of the embeddings this encoder returns."""
         if self.tokenizer is None:
-            getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+            getter = (
+                getattr(self.model, "get_embedding_dimension", None)
+                or self.model.get_sentence_embedding_dimension
+            )
             return int(getter())
         return int(self.model.config.hidden_size)  # type: ignore[union-attr]
 
@@ -60,7 +65,10 @@ class TextEncoder:
         chunks = []
         with torch.inference_mode():
             for batch in tqdm(
-                list(batched(order, batch_size)), desc=f"encoding texts ({self.name})", unit="batch", disable=not progress
+                list(batched(order, batch_size)),
+                desc=f"encoding texts ({self.name})",
+                unit="batch",
+                disable=not progress,
             ):
                 chunks.append(self._embed([texts[i] for i in batch]))
         out = np.zeros((len(texts), self.dim), np.float32)
@@ -82,13 +90,22 @@ class TextEncoder:
 
 
 def load_text_encoder(
-    model: str | Path | None = None, *, backend: TextBackend = "auto", device: str | torch.device | None = None
+    model: str | Path | None = None,
+    *,
+    backend: TextBackend = "auto",
+    device: str | torch.device | None = None,
 ) -> TextEncoder:
     """Load a text encoder from local weights (see the module docstring for what ``model`` may be)."""
     if backend not in ("auto", "sentence-transformers", "transformers"):
-        raise ValueError(f"unknown text backend {backend!r}; valid: auto, sentence-transformers, transformers")
+        raise ValueError(
+            f"unknown text backend {backend!r}; valid: auto, sentence-transformers, transformers"
+        )
     resolved = resolve_device(device)
-    location = bundled_minilm_path() if model is None or str(model) in MINILM_NAMES else Path(str(model)).expanduser()
+    location = (
+        bundled_minilm_path()
+        if model is None or str(model) in MINILM_NAMES
+        else Path(str(model)).expanduser()
+    )
     name = "all-MiniLM-L6-v2" if model is None else str(model)
     source = str(location) if location.exists() else str(model)
     if backend == "auto":
