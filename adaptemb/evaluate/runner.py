@@ -51,6 +51,8 @@ class BenchConfig:
     rounds: int = 5
     loo_queries: int = 1000
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fit_progress: bool = True
+    """Passed as ``progress`` to methods whose config has that field (learned methods' training bars)."""
 
 
 @dataclass
@@ -160,7 +162,10 @@ def _bench_method(name: str, ctx: _Context) -> list[Row]:
 
 def _fitted_budgets(name: str, ctx: _Context) -> list[tuple[Compressor, int | None, float]]:
     """(fitted compressor, budget, fit seconds) for each budget this method can honour."""
-    params = {"seed": ctx.config.seed, **ctx.config.method_params.get(name, {})}
+    params: dict[str, Any] = {"seed": ctx.config.seed}
+    if "progress" in get_registry().get(name).Config.model_fields:
+        params["progress"] = ctx.config.fit_progress
+    params.update(ctx.config.method_params.get(name, {}))
     compressor = get_compressor(name, **params)
     ctx.progress(f"{name}: fit on {len(ctx.corpus):,} × {ctx.corpus.shape[1]}")
     _, fit_s = timed(lambda: compressor.fit(ctx.corpus))

@@ -1,0 +1,130 @@
+"""The CSR paper's latency protocol: dense vs sparse search at equal active dims, 512 queries, db >= 1M.
+
+Runs unchanged on CPU (small default round counts) and on CUDA (paper-like round counts), and
+records the device name with every number in ``benchmarks/results/latency_protocol_<device>.json``.
+
+For each active-dim count ``a``: dense = ``a``-dim float32 vectors, searched by matmul + top-k
+(``DenseIndex``, torch backend; faiss-gpu too when installed); sparse = ``a`` active of ``h`` dims,
+searched by (1) the library's ``SparseIndex`` (CPU: posting lists; CUDA: torch CSR docs × dense
+queries) and (2) the paper's form, both sides CSR and one sparse×sparse product, then top-k.
+
+    python benchmarks/gpu_latency_protocol.py                       # device auto
+    python benchmarks/gpu_latency_protocol.py --n 1300000 --rounds 2000 --warmup 100   # the paper's counts
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from adaptemb.codes import Codes, SparseCodes
+from adaptemb.evaluate.latency import summarize, synthetic_dense, synthetic_sparse, time_rounds, timed
+from adaptemb.evaluate.machine import describe, machine_info
+from adaptemb.index import DenseIndex, SparseIndex, faiss_gpu_available, resolve_device
+from adaptemb.index.sparse import torch_csr
+
+RESULTS = Path(__file__).resolve().parent / "results"
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+
+
+class SparseSparse:
+    """The paper's form: query CSR × document CSR (transposed) → sparse scores → dense → top-k."""
+
+    backend = "torch-spgemm"
+
+    def __init__(self, docs: SparseCodes, device: str) -> None:
+        self.device = device
+        self._docs_t = torch_csr(docs.to_csr().T.tocsr(), device)  # (h, n)
+
+    def search(self, queries: Codes, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        assert isinstance(queries, SparseCodes)
+        q = torch_csr(queries.to_csr(), self.device)
+        scores = torch.sparse.mm(q, self._docs_t).to_dense()
+        return torch.topk(scores, top_k, dim=1)
+
+
+def _engines(kind: str, docs: Codes, device: str) -> dict[str, Callable[[], Any]]:
+    if kind == "dense":
+        makers = {"torch-matmul": lambda: DenseIndex(docs, device=device, backend="torch")}
+        if device == "cpu":
+            makers["faiss-cpu"] = lambda: DenseIndex(docs, device="cpu", backend="faiss")
+        elif faiss_gpu_available():
+            makers["faiss-gpu"] = lambda: DenseIndex(docs, device=device, backend="faiss")
+        return makers
+    assert isinstance(docs, SparseCodes)
+    return {"adaptemb-sparse": lambda: SparseIndex(docs, device=device), "torch-spgemm": lambda: SparseSparse(docs, device)}
+
+
+def _measure(kind: str, a: int, h: int | None, args: argparse.Namespace, device: str) -> list[dict[str, Any]]:
+    if kind == "dense":
+        docs, queries = synthetic_dense(args.n, a, seed=args.seed), synthetic_dense(args.batch, a, seed=args.seed + 1)
+    else:
+        assert h is not None
+        docs, queries = synthetic_sparse(args.n, h, a, seed=args.seed), synthetic_sparse(args.batch, h, a, seed=args.seed + 1)
+    rows = []
+    for engine, make in _engines(kind, docs, device).items():
+        try:
+            index, build_s = timed(make)
+            times = time_rounds(lambda: index.search(queries, args.top_k), warmup=args.warmup, rounds=args.rounds)
+        except (RuntimeError, MemoryError, NotImplementedError) as err:  # e.g. out of GPU memory
+            rows.append({"kind": kind, "active": a, "h": h, "engine": engine, "error": f"{type(err).__name__}: {err}"})
+            continue
+        stats = summarize(times, batch_size=args.batch, warmup=args.warmup)
+        rows.append({"kind": kind, "active": a, "h": h, "engine": engine, "n": args.n, "device": device,
+                     "sparsity": None if h is None else 1 - a / h, "build_s": build_s, **stats.as_dict()})
+        print(f"{kind:6} a={a:4} h={h or '-':>6} {engine:16} median {stats.median_s * 1e3:9.2f} ms / {args.batch} queries "
+              f"(p10 {stats.p10_s * 1e3:.2f}, p90 {stats.p90_s * 1e3:.2f})", flush=True)
+        del index
+    if device != "cpu":
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--n", type=int, default=1_000_000, help="database rows (the paper: 1.3M)")
+    p.add_argument("--batch", type=int, default=512)
+    p.add_argument("--active", default="16,32,64", help="active dims a (dense dim = sparse k)")
+    p.add_argument("--h", default="1536,4096,16384", help="sparse code sizes h")
+    p.add_argument("--warmup", type=int, default=None, help="default: 100 on CUDA, 1 on CPU")
+    p.add_argument("--rounds", type=int, default=None, help="default: 500 on CUDA, 3 on CPU")
+    p.add_argument("--top-k", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+    device = resolve_device(args.device)
+    cuda = device.startswith("cuda")
+    args.warmup = args.warmup if args.warmup is not None else (100 if cuda else 1)
+    args.rounds = args.rounds if args.rounds is not None else (500 if cuda else 3)
+    machine = machine_info()
+    device_name = torch.cuda.get_device_name(0) if cuda else machine["cpu"]
+    print(f"device: {device_name}; {describe(machine)}; n={args.n:,}, batch {args.batch}, "
+          f"warmup {args.warmup}, rounds {args.rounds}", flush=True)
+    rows = []
+    for a in (int(x) for x in args.active.split(",")):
+        rows += _measure("dense", a, None, args, device)
+        for h in (int(x) for x in args.h.split(",")):
+            rows += _measure("sparse", a, h, args, device)
+    record = {"benchmark": "latency_protocol", "device": device, "device_name": device_name, "n": args.n,
+              "batch": args.batch, "warmup": args.warmup, "rounds": args.rounds, "rows": rows, "machine": machine,
+              "load_average_end": machine_info()["load_average"], "argv": sys.argv[1:]}
+    slug = re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-")
+    out = args.out or RESULTS / f"latency_protocol_{slug}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
