@@ -215,3 +215,10 @@ def test_leave_one_out_one_nn_when_only_corpus_labels_exist() -> None:
     expected = np.mean(data.labels[np.argmax(scores, axis=1)] == data.labels[sample])
     assert reference["one_nn_accuracy"] == pytest.approx(expected)
     assert all(math.isfinite(r["one_nn_accuracy"]) for r in result.rows)
+
+
+def test_param_flag_must_name_a_benchmarked_method() -> None:
+    result = runner.invoke(app, ["bench", "--methods", "svd", "-p", "mrl.k=4"])
+    assert result.exit_code == 2 and "error: --param names method(s) mrl" in result.stderr
+    result = runner.invoke(app, ["bench", "--methods", "svd", "-p", "k=4"])
+    assert result.exit_code == 2 and "METHOD.NAME=VALUE" in result.stderr

@@ -42,6 +42,7 @@ class BinaryIndex(Index):
             self._packed = torch.from_numpy(docs.packed).to(self.device)
         else:
             self._faiss = faiss.IndexBinaryFlat(8 * docs.packed.shape[1])
+            self._faiss.use_heap = False  # counting by distance: exact, ~3x faster than the heap here
             self._faiss.add(np.ascontiguousarray(docs.packed))
 
     @property
