@@ -80,6 +80,16 @@ def test_qrels_as_row_numbers_and_as_one_table(tmp_path: Path) -> None:
         np.testing.assert_array_equal(load_dataset(tmp_path / name).qrels.toarray(), EXPECTED_QRELS)
 
 
+def test_qrels_table_of_string_ids_or_structured(tmp_path: Path) -> None:
+    ids = {"query_ids": QUERY_IDS, "corpus_ids": CORPUS_IDS}
+    table = np.array([[q, c, f"{g:g}"] for q, c, g in QRELS])
+    np.savez(tmp_path / "s.npz", corpus=CORPUS, queries=QUERIES, qrels=table, **ids)
+    structured = np.array(QRELS, dtype=[("query-id", "U8"), ("corpus-id", "U8"), ("score", "f4")])
+    np.savez(tmp_path / "r.npz", corpus=CORPUS, queries=QUERIES, qrels=structured, **ids)
+    for name in ("s.npz", "r.npz"):
+        np.testing.assert_array_equal(load_dataset(tmp_path / name).qrels.toarray(), EXPECTED_QRELS)
+
+
 def test_integer_ids_resolve(tmp_path: Path) -> None:
     np.savez(
         tmp_path / "d.npz",

@@ -11,7 +11,7 @@ name               shape      meaning
 ``qrels_query``    (m,)       BEIR-style qrels: query of each judgement (row number, or an id of
 ``qrels_corpus``   (m,)       ``query_ids``), its corpus row (or id of ``corpus_ids``) and its
 ``qrels_grade``    (m,)       grade (optional, default 1; grades <= 0 mean not relevant, dropped)
-``qrels``          (m, 2|3)   the same three columns in one numeric array (alternative)
+``qrels``          (m, 2|3)   the same three columns in one array (numeric, str, or structured)
 ``query_ids``      (q,)       ids of the query rows (int or str), used to resolve ``qrels_query``
 ``corpus_ids``     (n,)       ids of the corpus rows (int or str), used to resolve ``qrels_corpus``
 ``labels``         (n,)       integer class of each corpus row (optional)
@@ -349,14 +349,7 @@ def _qrels_columns(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.nda
             raise ValueError(
                 "give qrels either as one 'qrels' (m, 3) array or as qrels_query/qrels_corpus/qrels_grade"
             )
-        table = arrays["qrels"]
-        if table.ndim != 2 or table.shape[1] not in (2, 3) or table.dtype.kind not in "iuf":
-            raise ValueError(
-                f"'qrels' must be a numeric (m, 3) array [query, corpus, grade] or (m, 2); "
-                f"got shape {table.shape}, dtype {table.dtype}"
-            )
-        grades = table[:, 2] if table.shape[1] == 3 else np.ones(len(table))
-        return _whole(table[:, 0], "qrels column 0"), _whole(table[:, 1], "qrels column 1"), _grades(grades)
+        return _qrels_table(arrays["qrels"])
     missing = [key for key in QRELS_NAMES[:2] if key not in arrays]
     if missing:
         raise ValueError(f"qrels need both 'qrels_query' and 'qrels_corpus'; missing {', '.join(missing)}")
@@ -370,6 +363,30 @@ def _qrels_columns(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.nda
             f"{query_refs.shape}, {corpus_refs.shape}, {grades.shape}"
         )
     return query_refs, corpus_refs, _grades(grades)
+
+
+def _qrels_table(table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Columns of a one-array qrels table: numeric or string (m, 2|3), or a structured array of 2-3 fields."""
+    if table.dtype.names is not None and table.ndim == 1 and len(table.dtype.names) in (2, 3):
+        columns = [table[field] for field in table.dtype.names]
+    elif table.ndim == 2 and table.shape[1] in (2, 3) and table.dtype.kind in "iufUS":
+        columns = list(table.T)
+    else:
+        raise ValueError(
+            "'qrels' must be an (m, 3) array of [query, corpus, grade] rows (or (m, 2), grade 1), numeric or "
+            f"string ids, or a structured array with those fields; got shape {table.shape}, dtype {table.dtype}"
+        )
+    refs = [
+        column if column.dtype.kind in "US" else _whole(column, f"qrels column {i}")
+        for i, column in enumerate(columns[:2])
+    ]
+    grades = columns[2] if len(columns) == 3 else np.ones(len(table))
+    if grades.dtype.kind in "US":
+        try:
+            grades = grades.astype(np.float64)
+        except ValueError:
+            raise ValueError("qrels grades (third column) must be numbers") from None
+    return refs[0], refs[1], _grades(grades)
 
 
 def _grades(grades: np.ndarray) -> np.ndarray:
