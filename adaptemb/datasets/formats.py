@@ -114,7 +114,7 @@ def dataset_arrays(dataset: Dataset) -> dict[str, np.ndarray]:
         "corpus": np.ascontiguousarray(dataset.corpus),
         "queries": np.ascontiguousarray(dataset.queries),
     }
-    qrels = dataset.qrels.tocsr()
+    qrels = dataset.qrels.tocsr(copy=True)
     qrels.eliminate_zeros()
     qrels.sort_indices()
     if np.all(np.diff(qrels.indptr) == 1) and np.all(qrels.data == 1):
