@@ -222,3 +222,15 @@ def test_param_flag_must_name_a_benchmarked_method() -> None:
     assert result.exit_code == 2 and "error: --param names method(s) mrl" in result.stderr
     result = runner.invoke(app, ["bench", "--methods", "svd", "-p", "k=4"])
     assert result.exit_code == 2 and "METHOD.NAME=VALUE" in result.stderr
+
+
+def test_scale_flag_adds_the_sweep(tmp_path: Path) -> None:
+    np.savez(tmp_path / "tiny.npz", **_arrays())
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["bench", "--data", str(tmp_path / "tiny.npz"), "--methods", "mrl", "--budgets", "8",
+                                 "--out", str(out), "--rounds", "1", "--warmup", "0", "--batch-size", "16", "--scale",
+                                 "--scale-sizes", "500,1000", "--quiet"])
+    assert result.exit_code == 0, result.output
+    scale = json.loads((out / "results.json").read_text())["scale"]
+    assert [(r["kind"], r["n"]) for r in scale] == [("dense", 500), ("sparse", 500), ("dense", 1000), ("sparse", 1000)]
+    assert (out / "scale.png").is_file() and "## Scale sweep" in (out / "report.md").read_text()

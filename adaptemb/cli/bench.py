@@ -73,7 +73,7 @@ def bench_command(
 ) -> None:
     """Benchmark compression methods on a dataset: NDCG@10, recall, MRR, 1-NN, bytes/vector, latency."""
     from adaptemb.datasets import load_dataset
-    from adaptemb.evaluate.latency import scale_sweep
+    from adaptemb.evaluate.latency import scale_sweep, timed
     from adaptemb.evaluate.report import print_table, write_report
     from adaptemb.evaluate.runner import BenchConfig, check_methods, run_bench
 
@@ -93,8 +93,10 @@ def bench_command(
     dataset = load_dataset(data, seed=seed, progress=not quiet)
     result = run_bench(dataset, config, progress=progress)
     if scale:
-        result.scale = scale_sweep(parse_ints(scale_sizes, "--scale-sizes"), device=device, batch_size=batch_size,
-                                   warmup=warmup, rounds=min(rounds, 3), seed=seed, progress=progress)
+        result.scale, sweep_s = timed(lambda: scale_sweep(parse_ints(scale_sizes, "--scale-sizes"), device=device,
+                                                          batch_size=batch_size, warmup=warmup, rounds=min(rounds, 3),
+                                                          seed=seed, progress=progress))
+        result.total_s += sweep_s
     files = write_report(result, out)
     stdout = Console(width=None if sys.stdout.isatty() else 220)  # piped output: do not squeeze the table
     print_table(result, stdout)

@@ -120,11 +120,13 @@ def plot_scale(result: BenchResult, path: Path) -> Path:
     """Search latency per query against database size, dense vs sparse (the scale sweep)."""
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     for kind in sorted({r["kind"] for r in result.scale}):
-        rows = sorted((r["n"], r["per_query_ms"]) for r in result.scale if r["kind"] == kind)
-        ax.plot(*zip(*rows), marker="o", label=kind)
+        kind_rows = [r for r in result.scale if r["kind"] == kind]
+        first = kind_rows[0]
+        label = f"{kind}: {first['active_dims']} of {first['dim']} dims, {first['bytes_per_vector']:.0f} B/vector ({first['backend']})"
+        ax.plot(*zip(*sorted((r["n"], r["per_query_ms"]) for r in kind_rows)), marker="o", label=label)
     ax.set_xscale("log"), ax.set_yscale("log")
     ax.set_xlabel("database rows"), ax.set_ylabel("ms per query (median, batch of 512)")
-    ax.grid(True, which="both", alpha=0.3), ax.legend()
+    ax.grid(True, which="both", alpha=0.3), ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -149,6 +151,11 @@ def write_markdown(result: BenchResult, path: Path, files: dict[str, Path]) -> P
         "", markdown_table(result.rows), "",
     ]
     parts += [f"- note: {n}" for n in result.notes]
+    if result.scale:
+        parts += ["", "## Scale sweep (synthetic codes)", "", "| kind | rows | active of dims | backend | median s / batch | p10–p90 s | ms/query |",
+                  "|---|---|---|---|---|---|---|"]
+        parts += [f"| {r['kind']} | {r['n']:,} | {r['active_dims']} of {r['dim']} | {r['backend']} | {r['median_s']:.3f} | "
+                  f"{r['p10_s']:.3f}–{r['p90_s']:.3f} | {r['per_query_ms']:.3f} |" for r in result.scale]
     parts += ["", "## Plots", ""]
     parts += [f"![{name}]({p.name})" for name, p in files.items() if p.suffix == ".png"]
     parts += ["", "## Files", ""] + [f"- [{p.name}]({p.name})" for p in files.values() if p.suffix != ".png"]

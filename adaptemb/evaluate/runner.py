@@ -106,7 +106,7 @@ def run_bench(data: Dataset, config: BenchConfig, progress: Callable[[str], None
         rows.extend(_bench_method(name, ctx))
     return BenchResult(
         dataset=_dataset_info(data),
-        config={k: v for k, v in asdict(config).items()},
+        config=asdict(config),
         machine=machine_info(),
         rows=rows,
         notes=ctx.notes,
@@ -121,8 +121,7 @@ def _prepare(data: Dataset, config: BenchConfig, progress: Callable[[str], None]
     if data.labels is not None and data.query_labels is None:
         count = min(config.loo_queries, len(corpus))
         loo = np.sort(np.random.default_rng(config.seed).choice(len(corpus), size=count, replace=False))
-    ctx = _Context(data, config, resolve_device(config.device), corpus, queries, np.empty((0, 10)), loo, progress, [])
-    return ctx
+    return _Context(data, config, resolve_device(config.device), corpus, queries, np.empty((0, 10)), loo, progress, [])
 
 
 def _dataset_info(data: Dataset) -> dict[str, Any]:
