@@ -49,7 +49,7 @@ class BSAConfig(TrainingConfig):
     epsilon: float = Field(0.125, ge=0, lt=1, description="Shift of the alignment target (pushes inactive below 0).")
     detach_target: bool = Field(True, description="Stop the gradient through the TopK alignment target.")
     target: Literal["values", "ones"] = Field(
-        "values", description="Alignment target: TopK_k(s) (values) or the 0/1 indicator of the top k (ones)."
+        "ones", description="Alignment target: the 0/1 indicator of the top k (ones) or TopK_k(s) (values)."
     )
     fixed_k_weight: float = Field(0.0, ge=0, description="Weight of the fixed-K loss 1 - cos(D TopK_K(s), x); 0: off.")
     decoder_bias: bool = Field(True, description="Learn a decoder bias c: x_hat = D^T b + c.")
@@ -63,8 +63,8 @@ class BSAConfig(TrainingConfig):
     holdout_fraction: float = Field(
         0.05, ge=0, lt=0.5, description="Rows kept out of training to measure reconstruction in fit_report."
     )
-    epochs: int = Field(30, ge=1, description="Passes over the training rows (at most).")
-    lr: float = Field(3e-3, gt=0, description="Adam learning rate.")
+    epochs: int = Field(10, ge=1, description="Passes over the training rows (at most).")
+    lr: float = Field(3e-2, gt=0, description="Adam learning rate.")
     patience: int = Field(3, ge=1, description="Epochs without held-out improvement before stopping.")
 
 

@@ -1,0 +1,194 @@
+"""BSA: binary codes with the promised counts, both modes, round trips, scoring and bytes checked by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import adaptemb
+from adaptemb import BinarySparseCodes, DenseCodes, InvalidConfigError
+from adaptemb.testing import clustered_embeddings
+
+FAST = {"h": 64, "k": 8, "epochs": 4, "batch_size": 64, "lr": 1e-2, "progress": False}
+
+
+@pytest.fixture(scope="module")
+def data() -> np.ndarray:
+    return clustered_embeddings(n=400, dim=32)[0]
+
+
+@pytest.fixture(scope="module")
+def fitted(data: np.ndarray) -> adaptemb.Compressor:
+    return adaptemb.get_compressor("bsa", **FAST).fit(data)
+
+
+def _activations(compressor: adaptemb.Compressor, x: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return compressor.activations(torch.from_numpy(x)).numpy()
+
+
+# -- codes: counts and modes ------------------------------------------------------------------------
+
+
+def test_fixed_mode_keeps_exactly_the_k_largest(fitted: adaptemb.Compressor, data: np.ndarray) -> None:
+    s = _activations(fitted, data)
+    for k in (1, 5, 8, 20, 32):  # the trained k is 8; any 1 <= k <= h // 2 works
+        dense = fitted.encode(data, k=k).to_dense()
+        assert set(np.unique(dense)) <= {0.0, 1.0}
+        assert (dense.sum(axis=1) == k).all()
+        kth = np.sort(s, axis=1)[:, -k][:, None]
+        assert (s[dense == 1].reshape(len(data), k) >= kth).all()
+
+
+def test_natural_mode_keeps_every_feature_at_or_above_half(data: np.ndarray) -> None:
+    compressor = adaptemb.get_compressor("bsa", **FAST, max_active=32).fit(data)
+    s = _activations(compressor, data)
+    dense = compressor.encode(data).to_dense()
+    assert set(np.unique(dense)) <= {0.0, 1.0}
+    expected = s >= 0.5
+    counts = expected.sum(axis=1)
+    uncapped = counts <= 32
+    assert uncapped.mean() > 0.5
+    np.testing.assert_array_equal(dense[uncapped] == 1, expected[uncapped])
+    np.testing.assert_array_equal(compressor.encode(data).active_counts(), np.minimum(counts, 32))
+
+
+def test_natural_mode_is_capped_at_the_default_budget(fitted: adaptemb.Compressor, data: np.ndarray) -> None:
+    budgets = fitted.budgets()
+    assert (budgets.low, budgets.high, budgets.default) == (1, 32, 32)  # default: min(h // 2, 4 k)
+    assert fitted.encode(data).active_counts().max() <= budgets.default
+
+
+def test_budget_out_of_range_and_bad_sizes(fitted: adaptemb.Compressor, data: np.ndarray) -> None:
+    with pytest.raises(ValueError, match="k=33"):
+        fitted.encode(data[:2], k=33)
+    with pytest.raises(ValueError, match="h // 2"):
+        adaptemb.get_compressor("bsa", h=16, k=9, epochs=1, progress=False).fit(data)
+    with pytest.raises(InvalidConfigError, match="scoring"):
+        adaptemb.get_compressor("bsa", scoring="hamming")
+
+
+def test_default_sizes_follow_the_dimension(data: np.ndarray) -> None:
+    compressor = adaptemb.get_compressor("bsa", epochs=1, progress=False).fit(data)
+    assert compressor.fit_report["h"] == 8 * 32 and compressor.fit_report["k"] == 64
+
+
+# -- save / load, decode, fit report ---------------------------------------------------------------
+
+
+def test_save_load_gives_identical_codes(fitted: adaptemb.Compressor, data: np.ndarray, tmp_path: Path) -> None:
+    loaded = adaptemb.load(fitted.save(tmp_path / "bsa.safetensors"))
+    for k in (None, 3, 8):
+        a, b = fitted.encode(data, k=k), loaded.encode(data, k=k)
+        np.testing.assert_array_equal(a.to_dense(), b.to_dense())
+        adaptemb.save_codes(a, tmp_path / "codes.npz")
+        np.testing.assert_array_equal(adaptemb.load_codes(tmp_path / "codes.npz").to_dense(), a.to_dense())
+
+
+def test_decode_is_the_sum_of_active_decoder_rows(fitted: adaptemb.Compressor, data: np.ndarray) -> None:
+    codes = fitted.encode(data[:10], k=4)
+    state = fitted.state_tensors()
+    expected = codes.to_dense() @ state["decoder"].numpy() + state["decoder_bias"].numpy()
+    np.testing.assert_allclose(fitted.decode(codes), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_fit_report(fitted: adaptemb.Compressor) -> None:
+    report = fitted.fit_report
+    for key in ("active_mean", "active_std", "dead_fraction", "reconstruction_cosine_distance", "steps", "seconds"):
+        assert key in report
+    assert 0.0 <= report["dead_fraction"] <= 1.0 and report["reconstruction_rows"] == "held_out"
+
+
+# -- scoring ---------------------------------------------------------------------------------------
+
+
+def test_asymmetric_score_is_query_dot_decoded_document(fitted: adaptemb.Compressor, data: np.ndarray) -> None:
+    q, docs = data[:7], fitted.encode(data[50:90])
+    query_codes = fitted.encode_queries(q)
+    assert isinstance(query_codes, DenseCodes) and query_codes.dim == 64
+    state = fitted.state_tensors()
+    qn = q / np.linalg.norm(q, axis=1, keepdims=True)
+    by_hand = qn @ (docs.to_dense() @ state["decoder"].numpy()).T  # <q, D^T b>, the bias term dropped
+    np.testing.assert_allclose(fitted.score(query_codes, docs), by_hand, rtol=1e-4, atol=1e-5)
+    with_bias = qn @ fitted.decode(docs).T  # <q, x_hat> differs by the per-query constant <q, c>
+    offset = with_bias - by_hand
+    np.testing.assert_allclose(offset, offset[:, :1].repeat(offset.shape[1], axis=1), atol=1e-5)
+
+
+@pytest.mark.parametrize("scoring", ["dot", "cosine"])
+def test_symmetric_scoring_counts_shared_features(data: np.ndarray, scoring: str) -> None:
+    compressor = adaptemb.get_compressor("bsa", **{**FAST, "epochs": 1}, scoring=scoring).fit(data)
+    q, docs = compressor.encode_queries(data[:5]), compressor.encode(data[5:15])
+    a, b = q.to_dense(), docs.to_dense()
+    common = a @ b.T
+    expected = common if scoring == "dot" else common / np.sqrt(np.outer(a.sum(1), b.sum(1)))
+    np.testing.assert_allclose(compressor.score(q, docs), expected, rtol=1e-6)
+
+
+def test_binary_sparse_similarity_by_hand() -> None:
+    a = BinarySparseCodes.from_mask(np.array([[1, 1, 0, 0, 1], [0, 0, 0, 0, 0]], dtype=bool))
+    b = BinarySparseCodes.from_indices(np.array([[4, 0], [2, 3]]), dim=5)
+    np.testing.assert_array_equal(a.similarity(b), [[2, 0], [0, 0]])
+    np.testing.assert_allclose(a.similarity(b, metric="cosine"), [[2 / np.sqrt(6), 0], [0, 0]], rtol=1e-6)
+    with pytest.raises(ValueError, match="metric"):
+        a.similarity(b, metric="hamming")
+
+
+# -- storage accounting ----------------------------------------------------------------------------
+
+
+def test_ragged_index_storage_by_hand() -> None:
+    mask = np.zeros((3, 300), dtype=bool)
+    mask[0, [1, 299]] = mask[1, [0, 5, 7]] = mask[2, [100]] = True
+    codes = BinarySparseCodes.from_mask(mask)
+    # 6 uint16 indices + 3 uint16 counts = 18 bytes; the bitmap would be 3 * 38 = 114
+    assert codes.layout == "ragged" and codes.row_nbytes == 18 and codes.nbytes == 18
+    assert sum(a.nbytes for a in codes.to_arrays().values()) == 18
+    storage = codes.storage
+    assert storage["index_bits"] == 9 and storage["bitmap_bytes_per_vector"] == 38
+    assert storage["ideal_bits_per_vector"] == pytest.approx(6 * 9 / 3 + 9)  # + ceil(log2 301) count bits
+    assert storage["bytes_per_vector"] == pytest.approx(6.0)
+
+
+def test_fixed_and_bitmap_storage_by_hand(tmp_path: Path) -> None:
+    fixed = BinarySparseCodes.from_indices(np.array([[5, 2], [299, 0]]), dim=300)
+    assert fixed.layout == "fixed" and fixed.row_nbytes == 8  # 4 uint16 indices, no counts
+    assert fixed.storage["ideal_bits_per_vector"] == pytest.approx(2 * 9)
+    dense = BinarySparseCodes.from_mask(np.arange(32).reshape(2, 16) % 3 != 0)
+    assert dense.layout == "bitmap" and dense.row_nbytes == 4  # 2 rows * 16 bits
+    for codes in (fixed, dense):
+        adaptemb.save_codes(codes, tmp_path / "c.npz")
+        back = adaptemb.load_codes(tmp_path / "c.npz")
+        assert back.layout == codes.layout
+        np.testing.assert_array_equal(back.to_dense(), codes.to_dense())
+
+
+def test_codes_slice_and_concat() -> None:
+    codes = BinarySparseCodes.from_mask(np.eye(4, 6, dtype=bool) | np.eye(4, 6, k=2, dtype=bool))
+    np.testing.assert_array_equal(codes[[2, 0]].to_dense(), codes.to_dense()[[2, 0]])
+    both = BinarySparseCodes.concat([codes[:1], codes[1:]])
+    np.testing.assert_array_equal(both.to_dense(), codes.to_dense())
+    with pytest.raises(ValueError, match="strictly increasing"):
+        BinarySparseCodes(np.array([0, 2]), np.array([3, 1]), dim=5)
+
+
+# -- quality on real embeddings --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_quality_floor_on_real_embeddings() -> None:
+    try:
+        from adaptemb.datasets import load_dataset
+
+        dataset = load_dataset("default", progress=False)
+    except (ImportError, FileNotFoundError, OSError) as err:
+        pytest.skip(f"the built-in 'default' dataset is not available yet: {err}")
+    corpus = dataset.corpus[:3000].astype(np.float32)
+    compressor = adaptemb.get_compressor("bsa", h=1024, k=32, epochs=8, progress=False).fit(corpus)
+    report = compressor.fit_report
+    assert report["reconstruction_cosine_distance"] < 0.3
+    assert 0.5 * 32 <= report["active_mean"] <= 2 * 32
+    assert report["dead_fraction"] < 0.1
