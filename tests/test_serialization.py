@@ -89,6 +89,17 @@ def test_unfitted_compressor_cannot_be_saved(tmp_path: Path) -> None:
     assert not (tmp_path / "x.safetensors").exists()
 
 
+def test_written_files_get_the_usual_permissions(x: np.ndarray, tmp_path: Path) -> None:
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        path = adaptemb.fit(x, "svd").save(tmp_path / "svd.safetensors")
+    finally:
+        os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
 def test_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
     target = tmp_path / "out.bin"
     target.write_bytes(b"previous")

@@ -104,7 +104,6 @@ def save_dataset(dataset: Dataset, path: str | Path) -> Path:
         atomic_write(target, lambda tmp: _write_npz(tmp, arrays))
     else:
         atomic_write(target, lambda tmp: _write_safetensors(tmp, arrays, header))
-    target.chmod(0o644)  # the temporary file was private (0600); a dataset is meant to be shared
     return target
 
 
