@@ -38,6 +38,10 @@ class TrainingConfig(CompressorConfig):
     patience: int = Field(2, ge=1, description="Epochs without held-out improvement before stopping.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA when available, else CPU.")
     progress: bool = Field(True, description="Show a progress bar while fitting.")
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="constant, or cosine decay from lr to lr_final_fraction·lr over all epochs."
+    )
+    lr_final_fraction: float = Field(0.1, ge=0, le=1, description="Cosine schedule: final lr as a fraction of lr.")
 
 
 class TrainableModule(Protocol):
@@ -113,6 +117,17 @@ def _adam(module: torch.nn.Module, config: TrainingConfig) -> torch.optim.Optimi
         return torch.optim.Adam(module.parameters(), **options)
 
 
+def _set_lr(optimizer: torch.optim.Optimizer, config: TrainingConfig, step: int, total_steps: int) -> None:
+    """Apply the config's learning-rate schedule for optimisation step ``step`` (0-based)."""
+    if config.lr_schedule == "constant":
+        return
+    progress = min(step / max(total_steps - 1, 1), 1.0)
+    final = config.lr_final_fraction
+    lr = config.lr * (final + (1.0 - final) * 0.5 * (1.0 + math.cos(math.pi * progress)))
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
 def _split(rows: int, fraction: float, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     order = torch.randperm(rows, generator=generator)
     held_out = int(rows * fraction)
@@ -155,6 +170,7 @@ class _Loop:
                 self.optimizer.zero_grad(set_to_none=True)
                 total.backward()
                 _call_hook(self.module, "before_optimizer_step")
+                _set_lr(self.optimizer, config, step, config.epochs * steps_per_epoch)
                 self.optimizer.step()
                 _call_hook(self.module, "after_optimizer_step")
                 step += 1

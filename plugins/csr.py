@@ -26,7 +26,7 @@ from adaptemb import (
     hookimpl,
     train,
 )
-from adaptemb_plugins.csr_model import CSRModule, LossSettings, geometric_median
+from adaptemb_plugins.csr_model import CSREncoder, CSRModule, LossSettings, geometric_median
 
 _ENCODE_BLOCK = 1 << 24  # pre-activation floats per encode block (64 MB in float32)
 _EVAL_ROWS = 2048  # rows the before/after loss measurement uses
@@ -38,8 +38,8 @@ class CSRConfig(TrainingConfig):
 
     k: int = Field(32, ge=1, description="Active latents trained for, and the default encode budget.")
     hidden: int | None = Field(None, ge=1, description="Latent size h; None means 4·d (the paper's peak).")
-    decoder: Literal["untied", "tied"] = Field(
-        "untied", description="untied: unit-norm decoder with gradient projection (OpenAI); tied: W_dec = W_encᵀ (paper)."
+    decoder: Literal["tied", "untied"] = Field(
+        "tied", description="untied: unit-norm decoder with gradient projection (OpenAI); tied: W_dec = W_encᵀ (paper)."
     )
     init: Literal["random", "data"] = Field(
         "random", description="Latent directions start at random unit vectors, or at (centred) training rows."
@@ -53,7 +53,9 @@ class CSRConfig(TrainingConfig):
     dead_steps: int = Field(50, ge=1, description="A latent is dead after this many steps without firing.")
     cl_coef: float = Field(1.0, ge=0, description="γ: weight of the non-negative contrastive loss.")
     temperature: float = Field(0.2, gt=0, description="τ of the InfoNCE over L2-normalised sparse codes.")
-    view_dropout: float = Field(0.1, ge=0, lt=1, description="Dropout on the second view when no pairs/labels (0: identical pass).")
+    view_dropout: float = Field(
+        0.0, ge=0, lt=1, description="Dropout on the contrastive second view (0: the identical pass, measured best)."
+    )
     scoring: Literal["asymmetric", "symmetric"] = Field(
         "asymmetric", description="asymmetric: dense query through the decoder vs sparse docs; symmetric: sparse·sparse."
     )
@@ -61,7 +63,7 @@ class CSRConfig(TrainingConfig):
     # training defaults, measured for this method (see the docs)
     epochs: int = Field(10, ge=1, description="Passes over the training rows (at most).")
     batch_size: int = Field(256, ge=2, description="Rows per optimisation step.")
-    lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
+    lr: float = Field(3e-3, gt=0, description="Adam learning rate.")
     adam_eps: float = Field(6.25e-10, gt=0, description="Adam epsilon (the paper's).")
     val_fraction: float = Field(0.0, ge=0, lt=0.5, description="Rows held out for early stopping (0: train on all).")
 
@@ -192,14 +194,22 @@ class CSRCompressor(Compressor):
     # -- encoding and scoring -----------------------------------------------------------------
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
+        encoder = self._onnx_encoder(k)
+        parts = [encoder(block) for block in _blocks(x, self._hidden)]
+        indices = np.concatenate([i.numpy() for i, _ in parts])
+        return SparseCodes(indices, np.concatenate([v.numpy() for _, v in parts]), self._hidden)
+
+    def _onnx_encoder(self, k: int) -> CSREncoder:
+        """The encode path as one module (normalise, matmul, topk, relu), exported to ONNX as is."""
         assert self._module is not None
-        dtype = np.float16 if self.config.value_dtype == "float16" else np.float32
-        values, indices = [], []
-        for block in _blocks(self._normalise(x), self._module.enc_bias.numel()):
-            v, i = self._module.sparse_codes(block, k)
-            values.append(v.numpy().astype(dtype))
-            indices.append(i.numpy())
-        return SparseCodes(np.concatenate(indices), np.concatenate(values), self._module.enc_bias.numel())
+        dtype = torch.float16 if self.config.value_dtype == "float16" else torch.float32
+        return CSREncoder(self._module, k, normalize=self.config.normalize, shift=self._shift,
+                          scale=self._scale, value_dtype=dtype).eval()
+
+    @property
+    def _hidden(self) -> int:
+        assert self._module is not None
+        return self._module.enc_bias.numel()
 
     def encode_queries(self, x: Any, k: int | None = None) -> Codes:
         """Sparse codes (symmetric) or ``[W_dec·(σ⊙q), ⟨q, σ⊙b_pre + μ⟩]`` as dense (h + 1) codes."""

@@ -164,3 +164,24 @@ class CSRModule(nn.Module):
         """Untied: put each decoder direction back on the unit sphere."""
         if self.dec_weight is not None:
             self.dec_weight.copy_(F.normalize(self.dec_weight, dim=1))
+
+
+class CSREncoder(nn.Module):
+    """The inference encoder at a fixed k (normalise → matmul → topk → relu): what ONNX export traces."""
+
+    output_names = ("indices", "values")
+
+    def __init__(self, module: CSRModule, k: int, *, normalize: str, shift: torch.Tensor, scale: torch.Tensor,
+                 value_dtype: torch.dtype) -> None:
+        super().__init__()
+        self.module, self.k, self.normalize, self.value_dtype = module, k, normalize, value_dtype
+        self.register_buffer("shift", shift.clone())
+        self.register_buffer("scale", scale.clone())
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.normalize == "l2":
+            x = F.normalize(x, dim=1)
+        else:
+            x = (x - self.shift) / self.scale
+        values, indices = self.module.sparse_codes(x, self.k)
+        return indices, values.to(self.value_dtype)
