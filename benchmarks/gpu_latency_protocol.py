@@ -20,10 +20,10 @@ import re
 import sys
 import warnings
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from adaptemb.codes import Codes, SparseCodes
@@ -74,7 +74,7 @@ def _measure(kind: str, a: int, h: int | None, args: argparse.Namespace, device:
     for engine, make in _engines(kind, docs, device).items():
         try:
             index, build_s = timed(make)
-            times = time_rounds(lambda: index.search(queries, args.top_k), warmup=args.warmup, rounds=args.rounds)
+            times = time_rounds(partial(index.search, queries, args.top_k), warmup=args.warmup, rounds=args.rounds)
         except (RuntimeError, MemoryError, NotImplementedError) as err:  # e.g. out of GPU memory
             rows.append({"kind": kind, "active": a, "h": h, "engine": engine, "error": f"{type(err).__name__}: {err}"})
             continue
@@ -96,16 +96,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--active", default="16,32,64", help="active dims a (dense dim = sparse k)")
     p.add_argument("--h", default="1536,4096,16384", help="sparse code sizes h")
-    p.add_argument("--warmup", type=int, default=None, help="default: 100 on CUDA, 1 on CPU")
-    p.add_argument("--rounds", type=int, default=None, help="default: 500 on CUDA, 3 on CPU")
+    p.add_argument("--warmup", type=int, default=None, help="default: 20 on CUDA, 1 on CPU (the paper: 100)")
+    p.add_argument("--rounds", type=int, default=None, help="default: 100 on CUDA, 3 on CPU (the paper: 2000)")
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     device = resolve_device(args.device)
     cuda = device.startswith("cuda")
-    args.warmup = args.warmup if args.warmup is not None else (100 if cuda else 1)
-    args.rounds = args.rounds if args.rounds is not None else (500 if cuda else 3)
+    args.warmup = args.warmup if args.warmup is not None else (20 if cuda else 1)
+    args.rounds = args.rounds if args.rounds is not None else (100 if cuda else 3)
     machine = machine_info()
     device_name = torch.cuda.get_device_name(0) if cuda else machine["cpu"]
     print(f"device: {device_name}; {describe(machine)}; n={args.n:,}, batch {args.batch}, "

@@ -17,13 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 import faiss
 import numpy as np
 import torch
 
-from adaptemb.codes import DenseCodes, SparseCodes
+from adaptemb.codes import SparseCodes
 from adaptemb.evaluate.latency import synthetic_dense, synthetic_sparse, time_search, timed
 from adaptemb.evaluate.machine import describe, machine_info
 from adaptemb.index import DenseIndex, SparseIndex, resolve_device
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     default_threads = faiss.omp_get_max_threads()
     for name, docs, queries, make, threads in cases:
         faiss.omp_set_num_threads(threads or default_threads)
-        index, build_s = timed(lambda: make(docs))
+        index, build_s = timed(partial(make, docs))
         stats = time_search(index.search, queries, batch_size=args.batch, warmup=args.warmup, rounds=args.rounds)
         faiss.omp_set_num_threads(default_threads)
         results[name] = {

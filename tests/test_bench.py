@@ -15,8 +15,10 @@ from typer.testing import CliRunner
 
 import adaptemb
 from adaptemb import Budgets, Codes, Compressor, DenseCodes, SparseCodes
-from adaptemb.cli import app
-from adaptemb.cli import commands  # noqa: F401  registers the commands
+from adaptemb.cli import (
+    app,
+    commands,  # noqa: F401  registers the commands
+)
 from adaptemb.datasets import Dataset
 from adaptemb.evaluate.runner import BenchConfig, run_bench
 from adaptemb.registry import CompressorRegistry

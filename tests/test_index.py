@@ -51,7 +51,7 @@ def _int8(rng: np.random.Generator, n: int, scale: np.ndarray, offset: np.ndarra
 def _pairs() -> dict[str, tuple[Codes, Codes]]:
     rng = _rng()
     scale, offset = rng.random(D).astype(np.float32) / 50, rng.normal(size=D).astype(np.float32) / 10
-    bits = lambda n: BinaryCodes.from_signs(rng.normal(size=(n, 37)))  # noqa: E731 - 37 bits: padding in the last byte
+    bits = lambda n: BinaryCodes.from_signs(rng.normal(size=(n, 37)))
     return {
         "dense": (DenseCodes(rng.normal(size=(Q, D)).astype(np.float32)), DenseCodes(rng.normal(size=(N, D)).astype(np.float32))),
         "dense16": (DenseCodes(rng.normal(size=(Q, D)).astype(np.float16)), DenseCodes(rng.normal(size=(N, D)).astype(np.float16))),
@@ -125,7 +125,7 @@ def test_threshold_top_k_equals_exact_top_k_with_ties() -> None:
 
 def test_top_k_is_capped_at_the_index_size() -> None:
     queries, docs = _pairs()["dense"]
-    scores, ids = DenseIndex(docs[:4]).search(queries, 10)
+    _, ids = DenseIndex(docs[:4]).search(queries, 10)
     assert ids.shape == (Q, 4)
 
 
@@ -192,7 +192,7 @@ def test_rerank_orders_candidates_by_full_score() -> None:
 
 
 def test_funnel_rejects_mismatched_store() -> None:
-    queries, docs = _pairs()["dense"]
+    _, docs = _pairs()["dense"]
     with pytest.raises(ValueError, match="rerank store has"):
         FunnelIndex(DenseIndex(docs), np.zeros((3, D), np.float32))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -54,7 +54,7 @@ def default_methods() -> list[str]:
 @friendly_errors
 def bench_command(
     data: Annotated[str, typer.Option("--data", help="Dataset file, folder or built-in name.")] = "default",
-    methods: Annotated[Optional[str], typer.Option(
+    methods: Annotated[str | None, typer.Option(
         "--methods", help=f"Comma list of registered methods (default: those of {','.join(DEFAULT_METHODS)} that are registered).")] = None,
     budgets: Annotated[str, typer.Option("--budgets", help="Comma list of budgets k (active dims).")] = DEFAULT_BUDGETS,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
@@ -67,7 +67,7 @@ def bench_command(
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="Timed rounds per latency measurement.")] = 5,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Warm-up rounds before timing.")] = 1,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Queries per timed batch.")] = 512,
-    param: Annotated[Optional[list[str]], typer.Option(
+    param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", help="A method parameter as METHOD.NAME=VALUE (repeatable), e.g. -p csr.epochs=5.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final table (no progress).")] = False,
 ) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -155,7 +156,7 @@ def scale_sweep(
                 lambda m, s: synthetic_sparse(m, sparse_dim, active, seed=s)
             )
             docs, queries = make(n, seed), make(batch_size, seed + 1)
-            index, build_s = timed(lambda: build_index(docs, device=device))
+            index, build_s = timed(partial(build_index, docs, device=device))
             stats = time_search(index.search, queries, batch_size=batch_size, warmup=warmup, rounds=rounds, top_k=top_k)
             rows.append({
                 "kind": kind, "n": int(n), "dim": docs.dim, "active_dims": int(docs.active_counts()[0]),

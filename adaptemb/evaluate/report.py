@@ -10,12 +10,12 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402 - after selecting the headless backend
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import matplotlib.pyplot as plt
+from rich.console import Console
+from rich.table import Table
 
-from adaptemb.evaluate.machine import describe  # noqa: E402
-from adaptemb.evaluate.runner import BenchResult, Row  # noqa: E402
+from adaptemb.evaluate.machine import describe
+from adaptemb.evaluate.runner import BenchResult, Row
 
 # (column title, row key, format) shown in the terminal and Markdown tables
 COLUMNS: list[tuple[str, str, str]] = [
@@ -147,8 +147,8 @@ def write_markdown(result: BenchResult, path: Path, files: dict[str, Path]) -> P
     parts = [
         f"# adaptemb bench: {d['name']}",
         f"{d['corpus']:,} corpus rows, {d['queries']:,} queries ({d['judged_queries']:,} with a relevant row), d={d['dim']}.",
-        f"Machine: {describe(m)}; load average at the end {m.get('load_average')}. Device: {result.rows[0]['device']}. "
-        f"Whole run: {result.total_s:.1f}s.",
+        (f"Machine: {describe(m)}; load average at the end {m.get('load_average')}. Device: {result.rows[0]['device']}. "
+         f"Whole run: {result.total_s:.1f}s."),
         "", markdown_table(result.rows), "",
     ]
     parts += [f"- note: {n}" for n in result.notes]

@@ -23,7 +23,12 @@ from adaptemb.compressor import Compressor
 from adaptemb.datasets import Dataset
 from adaptemb.evaluate.latency import query_batch, summarize, time_rounds, time_search, timed
 from adaptemb.evaluate.machine import machine_info
-from adaptemb.evaluate.metrics import evaluate_ranking, nearest_excluding_self, neighbour_recall_at_k, one_nn_accuracy
+from adaptemb.evaluate.metrics import (
+    evaluate_ranking,
+    nearest_excluding_self,
+    neighbour_recall_at_k,
+    one_nn_accuracy,
+)
 from adaptemb.index import FunnelIndex, ScoreIndex, build_index, resolve_device
 from adaptemb.ranking import top_k
 from adaptemb.registry import get_registry
