@@ -6,14 +6,15 @@ One fit serves two inference modes:
   (about the trained ``k`` on average), capped at ``budgets().default`` strongest features;
 * fixed (``encode(x, k=j)``): exactly the ``j`` largest activations, any ``1 <= j <= h // 2``.
 
-Codes are :class:`adaptemb.BinarySparseCodes`. Scoring (config ``scoring``): ``asymmetric`` (a dense
-query projected through the decoder, ``<D q, b_doc>``; no float document vectors), or symmetric
-``dot`` (|A ∩ B|) / ``cosine`` between binary codes. See docs/methods/bsa.md.
+Codes are :class:`adaptemb.BinarySparseCodes`. Scoring (config ``scoring``): ``asymmetric`` (default:
+a dense query projected through the decoder, ``cos(q, x_hat_doc)`` from ``<D q, b_doc> + <q, c>`` and
+norms decoded from the codes; no float document vectors), ``asymmetric_dot`` (``<q, x_hat_doc>``), or
+symmetric ``dot`` (|A ∩ B|) / ``cosine`` between binary codes. See docs/methods/bsa.md.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -52,13 +53,15 @@ class BSAConfig(TrainingConfig):
         "ones", description="Alignment target: the 0/1 indicator of the top k (ones) or TopK_k(s) (values)."
     )
     fixed_k_weight: float = Field(0.0, ge=0, description="Weight of the fixed-K loss 1 - cos(D TopK_K(s), x); 0: off.")
+    center: bool = Field(True, description="Subtract the fit rows' mean before the encoder (anisotropic spaces).")
     decoder_bias: bool = Field(True, description="Learn a decoder bias c: x_hat = D^T b + c.")
     init_scale: float = Field(0.1, gt=0, description="Std of W_enc x at start: s starts at 0.5 +- about scale/4.")
     max_active: int | None = Field(
         None, ge=1, description="Natural mode keeps at most this many features; None: min(h // 2, 4 * k)."
     )
-    scoring: Literal["asymmetric", "dot", "cosine"] = Field(
-        "asymmetric", description="asymmetric: dense query through the decoder; dot/cosine: binary vs binary."
+    scoring: Literal["asymmetric", "asymmetric_dot", "dot", "cosine"] = Field(
+        "asymmetric",
+        description="asymmetric: cos(q, x_hat_doc); asymmetric_dot: <q, x_hat_doc>; dot/cosine: binary vs binary.",
     )
     holdout_fraction: float = Field(
         0.05, ge=0, lt=0.5, description="Rows kept out of training to measure reconstruction in fit_report."
@@ -74,7 +77,7 @@ class BSACompressor(Compressor):
     name = "bsa"
     Config = BSAConfig
     budget_help = "k=None: natural mode (all s >= 0.5, ~k on average); k=j: exactly j active of h (1..h//2)"
-    test_params = {"h": 64, "k": 8, "epochs": 2, "batch_size": 64, "progress": False}
+    test_params: ClassVar[dict[str, Any]] = {"h": 64, "k": 8, "epochs": 2, "batch_size": 64, "progress": False}
     config: BSAConfig
 
     # -- fitting --------------------------------------------------------------------------------
@@ -85,6 +88,8 @@ class BSACompressor(Compressor):
         train_rows, held_rows = self._holdout(x)
         model = BSAModel(x.shape[1], h, init_scale=self.config.init_scale,
                          decoder_bias=self.config.decoder_bias, generator=self.generator)
+        if self.config.center:
+            model.center.copy_(train_rows.mean(dim=0))
         model.weights = self._loss_weights(k, len(train_rows))
         report = train(model, [train_rows], self.config, description="bsa")
         self._model = model.cpu().eval()
@@ -130,7 +135,7 @@ class BSACompressor(Compressor):
             "natural_capped_fraction": float((count > self._max_active()).float().mean()),
             "reconstruction_cosine_distance": float((1 - F.cosine_similarity(recon, rows, dim=1)).mean()),
             "reconstruction_rows": "held_out" if len(held) else "fit (too few rows to hold out)",
-            "reconstruction_row_count": int(len(rows)),
+            "reconstruction_row_count": len(rows),
         }
 
     # -- encoding -------------------------------------------------------------------------------
@@ -180,24 +185,35 @@ class BSACompressor(Compressor):
         return torch.from_numpy(np.asarray(csr @ decoder, dtype=np.float32)) + self._model.decoder_bias.detach()
 
     def encode_queries(self, x: Any, k: int | None = None) -> Codes:
-        """Asymmetric scoring: ``D q`` (n, h) dense; otherwise the binary codes ``encode(x, k)``."""
-        if self.config.scoring != "asymmetric":
+        """Asymmetric scoring: ``[D q, <q, c>]`` (n, h + 1) dense; otherwise ``encode(x, k)``."""
+        if not self.config.scoring.startswith("asymmetric"):
             return self.encode(x, k=k)
         self._require_fitted()
         q = F.normalize(as_matrix(x, name="queries", dim=self.dim), dim=1)
         with torch.inference_mode():
-            return DenseCodes((q @ self._model.decoder.T).numpy())
+            projected = torch.cat([q @ self._model.decoder.T, (q @ self._model.decoder_bias)[:, None]], dim=1)
+        return DenseCodes(projected.numpy())
 
     def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
-        """``<D q, b_doc>`` (= ``<q, x_hat_doc>`` minus the per-query constant ``<q, c>``) for dense
-        queries; |A ∩ B| or cosine between binary codes otherwise."""
+        """Dense queries: ``<q, x_hat_doc> = <D q, b_doc> + <q, c>``, divided by ``|x_hat_doc|`` for
+        ``scoring="asymmetric"`` (norms decoded from the codes); binary queries: |A ∩ B| or cosine."""
         docs = self._check_codes(doc_codes)
         if isinstance(query_codes, DenseCodes):
-            if query_codes.dim != docs.dim:
-                raise ValueError(f"query codes have dim {query_codes.dim}, documents {docs.dim}")
-            return np.asarray((docs.to_csr() @ query_codes.to_dense().T).T, dtype=np.float32)
+            if query_codes.dim != docs.dim + 1:
+                raise ValueError(f"query codes have dim {query_codes.dim}; expected h + 1 = {docs.dim + 1}")
+            q = query_codes.to_dense()
+            scores = np.asarray((docs.to_csr() @ q[:, :-1].T).T, dtype=np.float32) + q[:, -1:]
+            if self.config.scoring == "asymmetric":
+                scores /= np.maximum(self.reconstruction_norms(docs), 1e-12)[None, :]
+            return scores
         metric = "cosine" if self.config.scoring == "cosine" else "dot"
         return self._check_codes(query_codes).similarity(docs, metric=metric)
+
+    def reconstruction_norms(self, codes: Codes) -> np.ndarray:
+        """``|x_hat|`` of each code, decoded blockwise (nothing float is stored per document)."""
+        docs = self._check_codes(codes)
+        parts = [np.linalg.norm(self.decode(docs[i : i + _REPORT_BLOCK]), axis=1) for i in range(0, len(docs), _REPORT_BLOCK)]
+        return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, dtype=np.float32)
 
     def _check_codes(self, codes: Codes) -> BinarySparseCodes:
         if not isinstance(codes, BinarySparseCodes):
@@ -210,7 +226,7 @@ class BSACompressor(Compressor):
 
     def _state(self) -> dict[str, torch.Tensor]:
         m = self._model
-        return {"encoder": m.encoder.detach(), "encoder_bias": m.encoder_bias.detach(),
+        return {"encoder": m.encoder.detach(), "encoder_bias": m.encoder_bias.detach(), "center": m.center,
                 "decoder": m.decoder.detach(), "decoder_bias": m.decoder_bias.detach(),
                 "k": torch.tensor([self._k])}
 
@@ -222,7 +238,7 @@ class BSACompressor(Compressor):
         model = BSAModel(dim, h, init_scale=self.config.init_scale, decoder_bias=self.config.decoder_bias,
                          generator=torch.Generator())
         with torch.no_grad():
-            for name in ("encoder", "encoder_bias", "decoder", "decoder_bias"):
+            for name in ("encoder", "encoder_bias", "center", "decoder", "decoder_bias"):
                 getattr(model, name).copy_(tensors[name])
         self._model = model.eval()
         self._k = int(tensors["k"][0])

@@ -53,7 +53,9 @@ def cosine_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 class BSAModel(nn.Module):
-    """``s = sigmoid(W_enc x + b_enc)``, ``b = round_ST(s)``, ``x_hat = b @ D + c``.
+    """``s = sigmoid(W_enc (x - m) + b_enc)``, ``b = round_ST(s)``, ``x_hat = b @ D + c``.
+
+    ``m`` (``center``, a buffer) is the mean of the fit rows when centring is on, else zero.
 
     ``D`` (h, d) holds one decoder row per feature, so a binary code decodes to the sum of the rows
     of its active features plus the bias ``c``.
@@ -66,11 +68,12 @@ class BSAModel(nn.Module):
         self.encoder_bias = nn.Parameter(torch.zeros(h))
         self.decoder = nn.Parameter(torch.randn(h, dim, generator=generator) / h**0.5)
         self.decoder_bias = nn.Parameter(torch.zeros(dim), requires_grad=decoder_bias)
+        self.register_buffer("center", torch.zeros(dim))
         self.weights: LossWeights | None = None
 
     def activations(self, x: torch.Tensor) -> torch.Tensor:
         """The soft activations ``s`` (n, h) in (0, 1) of unit-norm rows ``x``."""
-        return torch.sigmoid(x @ self.encoder.T + self.encoder_bias)
+        return torch.sigmoid((x - self.center) @ self.encoder.T + self.encoder_bias)
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """Reconstructions of (n, h) codes (0/1 or soft)."""

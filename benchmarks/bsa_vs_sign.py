@@ -1,0 +1,177 @@
+"""BSA binary sparse codes vs 1-bit sign quantisation at equal bytes per vector, on real text embeddings.
+
+Usage::
+
+    python benchmarks/bsa_vs_sign.py DATA.npz [--fit-on extra] [--out benchmarks/results]
+
+``DATA.npz`` holds ``corpus`` (n, d), ``queries`` (q, d), ``gold`` (q,) (the one relevant corpus row of
+each query), optionally ``queries_lemmas``/``gold_lemmas`` (a second query set) and ``extra`` (rows to
+fit on, disjoint from the corpus; without it the corpus itself is used). BSA is fitted with its
+defaults except ``h = 8 d``, ``k = 64``. Reported per method and scoring: bytes per vector (stored
+layout, and the ideal bit-packed size), NDCG@10 as a fraction of full precision, and neighbour
+recall@10 (overlap with the float32 top 10). Results go to ``<out>/bsa_vs_sign_<machine>.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+import adaptemb
+
+
+def ndcg10_single(scores: np.ndarray, gold: np.ndarray) -> float:
+    """NDCG@10 with one relevant row per query: 1 / log2(rank + 1) when ranked within the top 10."""
+    gold_scores = scores[np.arange(len(gold)), gold][:, None]
+    rank = (scores > gold_scores).sum(axis=1) + 1  # ties counted in the query's favour
+    return float(np.where(rank <= 10, 1.0 / np.log2(rank + 1), 0.0).mean())
+
+
+def top10(scores: np.ndarray) -> np.ndarray:
+    return np.argsort(-scores, axis=1, kind="stable")[:, :10]
+
+
+def neighbour_recall10(scores: np.ndarray, exact: np.ndarray) -> float:
+    found = top10(scores)
+    return float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found, exact)]))
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+class Bench:
+    """Scores every method on every query set against the same corpus."""
+
+    def __init__(self, corpus: np.ndarray, query_sets: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        self.corpus, self.query_sets, self.rows = corpus, query_sets, []
+        self.full = {name: (q @ corpus.T, gold) for name, (q, gold) in query_sets.items()}
+        self.exact = {name: top10(s) for name, (s, _) in self.full.items()}
+
+    def add(self, method: str, scoring: str, bytes_stored: float, bytes_ideal: float, score_fn) -> None:
+        row = {"method": method, "scoring": scoring, "bytes_per_vector": round(bytes_stored, 2),
+               "ideal_bytes_per_vector": round(bytes_ideal, 2)}
+        for name, (q, gold) in self.query_sets.items():
+            scores = score_fn(q)
+            full = ndcg10_single(self.full[name][0], gold)
+            ndcg = ndcg10_single(scores, gold)
+            row[f"ndcg10_{name}"] = round(ndcg, 4)
+            row[f"ndcg10_frac_{name}"] = round(ndcg / full, 4)
+            row[f"nbr_recall10_{name}"] = round(neighbour_recall10(scores, self.exact[name]), 4)
+        self.rows.append(row)
+        print(json.dumps(row), flush=True)
+
+
+def add_sign(bench: Bench, fit_rows: np.ndarray, bits: int, seed: int = 0) -> None:
+    """1-bit sign codes: the ``binary`` plugin at d bits; a random Gaussian expansion for more bits."""
+    d = fit_rows.shape[1]
+    if bits == d:
+        sign = adaptemb.get_compressor("binary").fit(fit_rows)
+        docs = sign.encode(bench.corpus)
+        bench.add(f"sign {bits} bits (binary plugin)", "hamming", docs.bytes_per_vector, bits / 8,
+                  lambda q: sign.score(sign.encode_queries(q), docs))
+        return
+    proj = np.random.default_rng(seed).standard_normal((d, bits)).astype(np.float32)
+    docs = adaptemb.BinaryCodes.from_signs(bench.corpus @ proj)
+    bench.add(f"sign {bits} bits (random projection)", "hamming", docs.bytes_per_vector, bits / 8,
+              lambda q: adaptemb.BinaryCodes.from_signs(q @ proj).similarity(docs))
+
+
+def with_scoring(bsa: adaptemb.Compressor, scoring: str) -> adaptemb.Compressor:
+    """The same fitted BSA compressor under another ``scoring`` setting."""
+    other = adaptemb.get_compressor("bsa", **{**bsa.config.model_dump(), "scoring": scoring})
+    other.restore(bsa.dim, bsa.state_tensors())
+    return other
+
+
+SCORINGS = {"dot": "symmetric dot |A∩B|", "cosine": "symmetric cosine",
+            "asymmetric_dot": "asymmetric <q, x_hat>", "asymmetric": "asymmetric cos(q, x_hat) (default)"}
+
+
+def add_bsa(bench: Bench, bsa: adaptemb.Compressor, k: int | None) -> None:
+    """BSA at natural mode (k=None) or fixed k, under every scoring the plugin offers."""
+    docs = bsa.encode(bench.corpus, k=k)
+    label = "BSA natural" if k is None else f"BSA fixed k={k}"
+    label += f" (mean {docs.active_counts().mean():.1f} active)"
+    stored, ideal = docs.bytes_per_vector, docs.storage["ideal_bytes_per_vector"]
+    for scoring, name in SCORINGS.items():
+        scorer = with_scoring(bsa, scoring)
+        bench.add(label, name, stored, ideal, lambda q, c=scorer: c.score(c.encode_queries(q, k=k), docs))
+
+
+def machine() -> dict[str, str]:
+    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "?")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return {"node": platform.node(), "cpu": cpu, "cores": str(os.cpu_count()), "load_avg_1min_at_start": f"{load:.1f}",
+            "torch_threads": str(__import__("torch").get_num_threads())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("data", type=Path)
+    parser.add_argument("--fit-on", default="extra", help="array to fit on (default: extra; falls back to corpus)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--epochs", type=int, default=None, help="override BSA epochs (default: the plugin's)")
+    args = parser.parse_args()
+    data = np.load(args.data)
+    corpus = unit(data["corpus"])
+    fit_rows = unit(data[args.fit_on] if args.fit_on in data.files else data["corpus"])
+    query_sets = {"queries": (unit(data["queries"]), data["gold"])}
+    if "queries_lemmas" in data.files:
+        query_sets["lemmas"] = (unit(data["queries_lemmas"]), data["gold_lemmas"])
+    info = machine()
+    bench = Bench(corpus, query_sets)
+    d = corpus.shape[1]
+    bench.add("float32 (full)", "cosine", 4 * d, 4 * d, lambda q: q @ corpus.T)
+    extra = {} if args.epochs is None else {"epochs": args.epochs}
+    started = time.perf_counter()
+    bsa = adaptemb.get_compressor("bsa", h=8 * d, k=64, progress=False, **extra).fit(fit_rows)
+    fit_seconds = time.perf_counter() - started
+    natural = bsa.encode(corpus)
+    for bits in (d, 2 * d, int(8 * natural.bytes_per_vector)):
+        add_sign(bench, fit_rows, bits)
+    for k in (None, 64, 32, 24):
+        add_bsa(bench, bsa, k)
+    recon = bsa.decode(natural)
+    result = {
+        "machine": info, "data": str(args.data), "fit_on": args.fit_on if args.fit_on in data.files else "corpus",
+        "fit_rows": len(fit_rows), "dim": d, "bsa_config": bsa.config.model_dump(), "fit_seconds": round(fit_seconds, 1),
+        "fit_report": bsa.fit_report,
+        "corpus_reconstruction_cosine_distance": float(np.mean(1 - np.sum(unit(recon) * corpus, axis=1))),
+        "corpus_natural_active_mean": float(natural.active_counts().mean()),
+        "corpus_natural_active_std": float(natural.active_counts().std()),
+        "corpus_storage": natural.storage, "rows": bench.rows,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"bsa_vs_sign_{info['node']}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2, default=str))
+    stem.with_suffix(".md").write_text(markdown(result))
+    print(markdown(result))
+
+
+def markdown(result: dict) -> str:
+    names = [key[len("ndcg10_frac_"):] for key in result["rows"][0] if key.startswith("ndcg10_frac_")]
+    head = "| method | scoring | bytes/vec (stored) | bytes/vec (ideal) | " + " | ".join(
+        f"NDCG@10 {n} (frac of full) | nbr R@10 {n}" for n in names) + " |"
+    lines = [head, "|" + "---|" * (4 + 2 * len(names))]
+    for row in result["rows"]:
+        cells = [row["method"], row["scoring"], f"{row['bytes_per_vector']:g}", f"{row['ideal_bytes_per_vector']:g}"]
+        for n in names:
+            cells += [f"{row[f'ndcg10_{n}']:.4f} ({row[f'ndcg10_frac_{n}']:.3f})", f"{row[f'nbr_recall10_{n}']:.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    m = result["machine"]
+    lines.append(f"\nMachine: {m['node']}, {m['cpu']}, {m['cores']} cores, torch threads {m['torch_threads']}, "
+                 f"1-min load average at start {m['load_avg_1min_at_start']} (shared machine). "
+                 f"Fit on {result['fit_rows']} rows ({result['fit_on']}) in {result['fit_seconds']} s.")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
