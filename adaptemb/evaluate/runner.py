@@ -114,7 +114,7 @@ def run_bench(data: Dataset, config: BenchConfig, progress: Callable[[str], None
         config=asdict(config),
         machine=machine_info(),
         rows=rows,
-        notes=ctx.notes,
+        notes=list(dict.fromkeys(ctx.notes)),  # once each, in order
         total_s=time.perf_counter() - start,
     )
 
