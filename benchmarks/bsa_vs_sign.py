@@ -90,7 +90,7 @@ def with_scoring(bsa: adaptemb.Compressor, scoring: str) -> adaptemb.Compressor:
     return other
 
 
-SCORINGS = {"dot": "symmetric dot |A∩B|", "cosine": "symmetric cosine",
+SCORINGS = {"dot": "symmetric dot (shared features)", "cosine": "symmetric cosine",
             "asymmetric_dot": "asymmetric <q, x_hat>", "asymmetric": "asymmetric cos(q, x_hat) (default)"}
 
 
