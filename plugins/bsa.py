@@ -33,7 +33,7 @@ from adaptemb import (
     train,
 )
 
-from .bsa_model import THRESHOLD, BSAModel, LossWeights
+from .bsa_model import THRESHOLD, BSAFixedEncoder, BSAModel, LossWeights
 
 _REPORT_BLOCK = 4096
 
@@ -156,6 +156,12 @@ class BSACompressor(Compressor):
         """Fixed mode: the ``k`` largest activations of each row."""
         idx = torch.topk(self.activations(x), k, dim=1).indices
         return BinarySparseCodes.from_indices(idx.numpy(), self._model.encoder.shape[0])
+
+    def _onnx_encoder(self, k: int) -> torch.nn.Module:
+        """Fixed mode at ``k`` as one module (natural mode's ragged output is not exported)."""
+        h = self._model.encoder.shape[0]
+        index_bytes = 1 if h <= 256 else 2 if h <= 65536 else 4
+        return BSAFixedEncoder(self._model, k, bitmap=k * index_bytes > (h + 7) // 8).eval()
 
     def _encode_natural(self, x: torch.Tensor) -> BinarySparseCodes:
         values, idx = torch.topk(self.activations(x), self._max_active(), dim=1)

@@ -108,3 +108,26 @@ class BSAModel(nn.Module):
             target = mask * (s.detach() if self.weights.detach_target else s)
         eps = self.weights.epsilon
         return cosine_distance(s - eps, target - eps)
+
+
+class BSAFixedEncoder(nn.Module):
+    """Fixed-mode encoder at one ``k`` (normalise → centre → matmul → sigmoid → topk), what ONNX export
+    traces. Emits the stored layout of ``BinarySparseCodes``: sorted ``indices`` (n, k) when
+    ``k`` indices take no more bytes than a bitmap, else the packed ``bitmap`` (n, ceil(h / 8))."""
+
+    def __init__(self, model: BSAModel, k: int, *, bitmap: bool) -> None:
+        super().__init__()
+        self.model, self.k, self.bitmap = model, k, bitmap
+        self.output_names = ("bitmap",) if bitmap else ("indices",)
+        self.register_buffer("bit_weights", 2.0 ** torch.arange(7, -1, -1, dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        s = self.model.activations(F.normalize(x, dim=1))
+        idx = torch.topk(s, self.k, dim=1).indices
+        if not self.bitmap:
+            return (torch.sort(idx, dim=1).values,)
+        h = s.shape[1]
+        mask = torch.zeros_like(s).scatter(1, idx, 1.0)
+        mask = F.pad(mask, (0, (-h) % 8))
+        packed = (mask.reshape(mask.shape[0], -1, 8) * self.bit_weights).sum(dim=2)
+        return (packed.to(torch.int32),)
