@@ -3,7 +3,8 @@
 Usage::
 
     python benchmarks/csr_fit_time.py [--device cpu|cuda|auto] [--sizes 5000x768 100000x768 1280000x2048]
-                                      [--cpu-budget 300] [--epochs N] [--out benchmarks/results]
+                                      [--cpu-budget 300] [--epochs N] [--max-rows N] [--append]
+                                      [--out benchmarks/results]
 
 Every run is the default ``adaptemb.fit(X, method="csr", k=32, seed=0)`` (h = 4·d) on unit-norm
 Gaussian rows, progress off; the one-time torch import cost is paid before timing. On CPU a size
@@ -82,6 +83,8 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", default=["5000x768", "100000x768", "1280000x2048"])
     parser.add_argument("--cpu-budget", type=float, default=300.0, help="seconds one CPU fit may take")
     parser.add_argument("--epochs", type=int, default=None, help="override the default epochs")
+    parser.add_argument("--max-rows", type=int, default=None, help="CPU: train on at most this many rows")
+    parser.add_argument("--append", action="store_true", help="keep earlier results of other sizes in the file")
     parser.add_argument("--out", default="benchmarks/results")
     args = parser.parse_args()
     device = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
@@ -93,6 +96,8 @@ def main() -> None:
         rows = n
         if device == "cpu" and seconds_per_unit is not None:
             rows = min(n, max(5000, int(args.cpu_budget / (seconds_per_unit * d))))
+        if device == "cpu" and args.max_rows is not None:
+            rows = min(rows, args.max_rows)
         result = fit_once(rows, d, device, args.epochs)
         seconds_per_unit = float(result["fit_seconds"]) / (rows * d)
         if rows < n:
@@ -103,6 +108,10 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"csr_fit_time_{device}.json"
+    if args.append and path.exists():
+        done = {(r.get("requested_rows", r["rows"]), r["dim"]) for r in results}
+        earlier = json.loads(path.read_text())["results"]
+        results = [r for r in earlier if (r.get("requested_rows", r["rows"]), r["dim"]) not in done] + results
     path.write_text(json.dumps({"machine": machine(device), "results": results}, indent=2) + "\n")
     print(f"wrote {path}")
 

@@ -161,6 +161,7 @@ def test_quality_floor_on_real_embeddings() -> None:
     full = _ndcg_at_10(queries @ corpus.T, qrels)
     csr = adaptemb.fit(corpus, "csr", k=32, epochs=4, progress=False)
     svd = adaptemb.fit(corpus, "svd")
+    assert (csr.encode(corpus, k=32).values > 0).mean() > 0.99, "trained codes keep k non-zero entries"
     for k in (16, 32):
         ours = _ndcg_at_10(csr.score(csr.encode_queries(queries, k=k), csr.encode(corpus, k=k)), qrels)
         pca = _ndcg_at_10(svd.score(svd.encode_queries(queries, k=k), svd.encode(corpus, k=k)), qrels)
