@@ -15,6 +15,7 @@ from adaptemb.errors import (
 )
 from adaptemb.hookspecs import hookimpl
 from adaptemb.linalg import principal_components
+from adaptemb.losses import cosine_distance, info_nce, normalized_mse
 from adaptemb.registry import CompressorInfo, CompressorRegistry, get_registry, register_plugin, unregister_plugin
 from adaptemb.serialization import load_codes, save_codes
 from adaptemb.train import FitReport, TrainingConfig, resolve_device, train
@@ -43,14 +44,17 @@ __all__ = [
     "__version__",
     "as_matrix",
     "compress",
+    "cosine_distance",
     "fit",
     "get_compressor",
     "get_registry",
     "hookimpl",
+    "info_nce",
     "list_compressors",
     "load",
     "load_codes",
     "load_embeddings",
+    "normalized_mse",
     "principal_components",
     "register_plugin",
     "resolve_device",

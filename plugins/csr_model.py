@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from adaptemb.losses import info_nce, normalized_mse
+from adaptemb import info_nce, normalized_mse
 
 
 @dataclass(frozen=True)
