@@ -74,6 +74,7 @@ def fit_once(n: int, d: int, device: str, epochs: int | None) -> dict[str, objec
         "process_cpu_seconds": round(cpu_seconds, 2),
         "train_seconds": round(float(report.get("seconds", 0.0)), 2), "epochs": report.get("epochs"),
         "steps": report.get("steps"), "dead_fraction": report.get("extra", {}).get("dead_fraction"),
+        "load_average_after": [round(v, 2) for v in os.getloadavg()],
     }
 
 
