@@ -5,6 +5,7 @@ from adaptemb.api import compress, fit, get_compressor, list_compressors, load
 from adaptemb.codes import BinaryCodes, BinarySparseCodes, Codes, DenseCodes, QuantizedCodes, SparseCodes
 from adaptemb.compressor import Budgets, Compressor, CompressorConfig
 from adaptemb.data import load_embeddings
+from adaptemb.devices import resolve_device
 from adaptemb.errors import (
     AdaptembError,
     CorruptFileError,
@@ -16,9 +17,15 @@ from adaptemb.errors import (
 from adaptemb.hookspecs import hookimpl
 from adaptemb.linalg import principal_components
 from adaptemb.losses import cosine_distance, info_nce, normalized_mse
-from adaptemb.registry import CompressorInfo, CompressorRegistry, get_registry, register_plugin, unregister_plugin
+from adaptemb.registry import (
+    CompressorInfo,
+    CompressorRegistry,
+    get_registry,
+    register_plugin,
+    unregister_plugin,
+)
 from adaptemb.serialization import load_codes, save_codes
-from adaptemb.train import FitReport, TrainingConfig, resolve_device, train
+from adaptemb.train import FitReport, TrainingConfig, train
 from adaptemb.validation import as_matrix
 
 __all__ = [

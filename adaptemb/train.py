@@ -24,6 +24,7 @@ from pydantic import Field
 from tqdm.auto import tqdm
 
 from adaptemb.compressor import CompressorConfig
+from adaptemb.devices import resolve_device
 
 
 class TrainingConfig(CompressorConfig):
@@ -67,15 +68,6 @@ class FitReport:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def resolve_device(device: str) -> torch.device:
-    """``auto`` means CUDA when available; asking for CUDA without one is an error."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' was requested but no CUDA device is available; use 'auto' or 'cpu'")
-    return torch.device(device)
 
 
 def train(

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
-    device = resolve_device(args.device)
+    device = str(resolve_device(args.device))
     cuda = device.startswith("cuda")
     args.warmup = args.warmup if args.warmup is not None else (20 if cuda else 1)
     args.rounds = args.rounds if args.rounds is not None else (100 if cuda else 3)

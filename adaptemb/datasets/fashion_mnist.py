@@ -120,7 +120,7 @@ def build_fashion_mnist(
     Defaults: on GPU all 60,000 + 10,000 images at the model's input size (224 px for efficientnet-lite0);
     on CPU 5,000 + 1,000 images at 112 px. ``image_size`` overrides the input size.
     """
-    from adaptemb.encoders._common import resolve_device
+    from adaptemb.devices import resolve_device
     from adaptemb.encoders.image import EFFICIENTNET_LITE0, load_image_encoder
 
     resolved = resolve_device(device)

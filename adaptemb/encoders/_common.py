@@ -6,7 +6,6 @@ from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
 import numpy as np
-import torch
 
 from adaptemb.errors import AdaptembError
 
@@ -26,18 +25,6 @@ def offline_hint(model: str, err: BaseException | None = None) -> ModelNotFoundE
         f"cannot load model {model!r} from local files{cause}; adaptemb never downloads weights: "
         "give a local path (a folder or weights file) or install a package that bundles the model"
     )
-
-
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """``device`` as given, else CUDA when present, else CPU."""
-    if device is None or str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
-            f"device {str(device)!r} was asked for but CUDA is not available; use 'cpu' or leave it unset"
-        )
-    return resolved
 
 
 def batched(items: Sequence[T], batch_size: int) -> Iterator[Sequence[T]]:

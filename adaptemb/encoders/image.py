@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from adaptemb.encoders._common import l2_normalize, offline_hint, resolve_device
+from adaptemb.devices import resolve_device
+from adaptemb.encoders._common import l2_normalize, offline_hint
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from adaptemb.encoders._common import batched, l2_normalize, offline_hint, resolve_device
+from adaptemb.devices import resolve_device
+from adaptemb.encoders._common import batched, l2_normalize, offline_hint
 
 TextBackend = Literal["auto", "sentence-transformers", "transformers"]
 MINILM_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm")

@@ -21,6 +21,7 @@ from adaptemb.api import get_compressor
 from adaptemb.codes import Codes, DenseCodes
 from adaptemb.compressor import Compressor
 from adaptemb.datasets import Dataset
+from adaptemb.devices import resolve_device
 from adaptemb.evaluate.latency import query_batch, summarize, time_rounds, time_search, timed
 from adaptemb.evaluate.machine import machine_info
 from adaptemb.evaluate.metrics import (
@@ -29,7 +30,7 @@ from adaptemb.evaluate.metrics import (
     neighbour_recall_at_k,
     one_nn_accuracy,
 )
-from adaptemb.index import FunnelIndex, ScoreIndex, build_index, resolve_device
+from adaptemb.index import FunnelIndex, ScoreIndex, build_index
 from adaptemb.ranking import top_k
 from adaptemb.registry import get_registry
 
@@ -126,7 +127,7 @@ def _prepare(data: Dataset, config: BenchConfig, progress: Callable[[str], None]
     if data.labels is not None and data.query_labels is None:
         count = min(config.loo_queries, len(corpus))
         loo = np.sort(np.random.default_rng(config.seed).choice(len(corpus), size=count, replace=False))
-    return _Context(data, config, resolve_device(config.device), corpus, queries, np.empty((0, 10)), loo, progress, [])
+    return _Context(data, config, str(resolve_device(config.device)), corpus, queries, np.empty((0, 10)), loo, progress, [])
 
 
 def _dataset_info(data: Dataset) -> dict[str, Any]:

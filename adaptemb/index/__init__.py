@@ -4,7 +4,8 @@
 index answers ``search(query_codes, top_k) -> (scores, ids)``, exact and batched over queries.
 """
 
-from adaptemb.index.base import Index, SearchResult, resolve_device, threshold_top_k
+from adaptemb.devices import resolve_device
+from adaptemb.index.base import Index, SearchResult, threshold_top_k
 from adaptemb.index.dense import DenseIndex, faiss_gpu_available
 from adaptemb.index.factory import BACKENDS, ScoreIndex, build_index
 from adaptemb.index.funnel import FunnelIndex, rerank

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from adaptemb.codes import Codes
+from adaptemb.devices import resolve_device
 from adaptemb.ranking import top_k as exact_top_k
 
 SearchResult = tuple[np.ndarray, np.ndarray]
@@ -18,18 +19,6 @@ SearchResult = tuple[np.ndarray, np.ndarray]
 SCORE_BUFFER_BYTES = 256 * 2**20
 """Upper bound on the float32 score buffer one query block may hold (memory-bounded search)."""
 
-DEVICES = ("auto", "cpu", "cuda")
-
-
-def resolve_device(device: str) -> str:
-    """``"auto"`` → ``"cuda"`` when torch sees a GPU, else ``"cpu"``; ``"cuda"`` without one is an error."""
-    if device not in DEVICES and not device.startswith("cuda:"):
-        raise ValueError(f"unknown device {device!r}; use one of {', '.join(DEVICES)}")
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} was asked for, but torch sees no CUDA GPU; use --device cpu or auto")
-    return device
 
 
 def rows_per_block(row_bytes: int, cap: int) -> int:
@@ -53,7 +42,7 @@ class Index(ABC):
             raise ValueError("cannot index zero documents")
         if query_batch < 1:
             raise ValueError(f"query_batch must be >= 1; got {query_batch}")
-        self.device = resolve_device(device)
+        self.device = str(resolve_device(device))
         self.dim = docs.dim
         self.query_batch = query_batch
         self._n = len(docs)
