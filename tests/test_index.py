@@ -21,6 +21,7 @@ from adaptemb.index import (
     resolve_device,
     threshold_top_k,
 )
+from adaptemb.index.postings import BLOCK_ROWS, BlockedPostings
 from adaptemb.ranking import top_k
 
 N, Q, D, H, K = 700, 23, 24, 96, 6
@@ -80,7 +81,10 @@ CASES = [
     ("dense16", DenseIndex, {}, True),
     ("sparse", SparseIndex, {}, True),
     ("sparse", SparseIndex, {"backend": "torch"}, True),
+    ("sparse", SparseIndex, {"backend": "scipy"}, True),
+    ("sparse", SparseIndex, {"backend": "numba", "threads": 1}, True),
     ("sparse_ragged", SparseIndex, {}, True),
+    ("sparse_ragged", SparseIndex, {"backend": "scipy"}, True),
     ("binary", BinaryIndex, {}, False),  # integer Hamming scores tie often
     ("binary", BinaryIndex, {"backend": "torch"}, False),
     ("int8", Int8Index, {}, True),
@@ -219,6 +223,51 @@ def test_asymmetric_on_cuda() -> None:
 
 def test_sparse_postings_layout() -> None:
     docs = SparseCodes(np.array([[0, 2], [2, 1]]), np.array([[1.0, 2.0], [3.0, 4.0]], np.float32), 3)
-    postings = SparseIndex(docs)._postings
+    postings = SparseIndex(docs, backend="scipy")._postings
     assert isinstance(postings, sp.csr_matrix) and postings.shape == (3, 2)
     assert postings[2].indices.tolist() == [0, 1]  # dimension 2 is active in docs 0 and 1
+
+
+def test_blocked_postings_layout() -> None:
+    docs = SparseCodes(np.array([[0, 2], [2, 1]]), np.array([[1.0, 2.0], [3.0, 4.0]], np.float32), 3)
+    blocked = BlockedPostings.from_csr(docs.to_csr())
+    assert blocked.indptr.tolist() == [0, 1, 2, 4]  # one block: dims 0, 1, 2
+    assert blocked.ids.tolist() == [0, 1, 0, 1] and blocked.ids.dtype == np.uint16
+    assert blocked.values.tolist() == [1.0, 4.0, 2.0, 3.0]
+    assert blocked.nbytes == 4 * 8 + 4 * 2 + 4 * 4
+
+
+def test_numba_engine_is_the_cpu_default_and_ranks_like_scipy_across_blocks() -> None:
+    """Two document blocks (the second ragged), values of both signs, an empty query, ties at 0."""
+    rng = np.random.default_rng(11)
+    n = BLOCK_ROWS + 4_321
+    idx = np.argsort(rng.random((n, 40)), axis=1)[:, :3]
+    docs = SparseCodes(idx, rng.normal(size=(n, 3)).astype(np.float32), 40)
+    queries = SparseCodes.from_csr(sp.csr_matrix(np.vstack([
+        np.where(rng.random((6, 40)) < 0.1, rng.normal(size=(6, 40)), 0.0), np.zeros((1, 40))]).astype(np.float32)))
+    index = SparseIndex(docs)
+    assert index.backend == "numba-postings"
+    for k in (1, 10, 50):
+        got = index.search(queries, k)
+        want = SparseIndex(docs, backend="scipy").search(queries, k)
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
+    _, ids = index.search(queries[6:], 5)
+    assert ids.tolist() == [[0, 1, 2, 3, 4]]  # an empty query scores 0 everywhere: lowest ids first
+
+
+def test_numba_engine_threads_give_identical_results() -> None:
+    rng = np.random.default_rng(2)
+    docs, queries = _sparse(rng, 5_000), _sparse(rng, 17)
+    one = SparseIndex(docs, threads=1).search(queries, 10)
+    two = SparseIndex(docs, threads=2).search(queries, 10)
+    np.testing.assert_array_equal(one[1], two[1])
+    np.testing.assert_array_equal(one[0], two[0])
+
+
+def test_unknown_sparse_backend_lists_the_valid_ones() -> None:
+    docs = _sparse(_rng(), 10)
+    with pytest.raises(ValueError, match="use one of auto, numba, scipy, torch"):
+        SparseIndex(docs, backend="mkl")
+    with pytest.raises(ValueError, match="use one of auto, scipy, torch"):
+        AsymmetricIndex(docs, backend="numba")
