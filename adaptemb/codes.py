@@ -542,7 +542,19 @@ class BinarySparseCodes(Codes):
             return {"indices": self.indices.reshape(len(self), -1)}
         if layout == "ragged":
             return {"indices": self.indices, "counts": self.active_counts().astype(index_dtype(self.dim + 1))}
-        return {"bitmap": np.packbits(self.to_dense() > 0, axis=1)}
+        return {"bitmap": self._packed_bitmap()}
+
+    def _packed_bitmap(self, block_rows: int = 65536) -> np.ndarray:
+        """(n, ceil(dim / 8)) uint8 bitmaps, built block by block (one bool block at a time, never floats)."""
+        out = np.empty((len(self), (self.dim + 7) // 8), dtype=np.uint8)
+        for start in range(0, len(self), block_rows):
+            stop = min(start + block_rows, len(self))
+            lo, hi = self.indptr[start], self.indptr[stop]
+            mask = np.zeros((stop - start, self.dim), dtype=bool)
+            rows = np.repeat(np.arange(stop - start), np.diff(self.indptr[start : stop + 1]))
+            mask[rows, self.indices[lo:hi]] = True
+            out[start:stop] = np.packbits(mask, axis=1)
+        return out
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], dim: int) -> BinarySparseCodes:

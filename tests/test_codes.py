@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from adaptemb import BinaryCodes, DenseCodes, QuantizedCodes, SparseCodes
+from adaptemb import BinaryCodes, BinarySparseCodes, DenseCodes, QuantizedCodes, SparseCodes
 from adaptemb.codes import index_dtype
 
 
@@ -103,3 +103,12 @@ def test_codes_validate_their_arrays() -> None:
         BinaryCodes(np.zeros((1, 2), dtype=np.uint8), dim=24)
     with pytest.raises(TypeError, match="slice or an array"):
         DenseCodes(np.ones((2, 2), dtype=np.float32))[0]
+
+
+def test_binary_sparse_bitmap_is_built_blockwise_and_round_trips() -> None:
+    mask = np.random.default_rng(0).random((1000, 37)) < 0.6  # dense rows: the bitmap layout is smallest
+    codes = BinarySparseCodes.from_mask(mask)
+    assert codes.layout == "bitmap" and codes.bytes_per_vector == 5  # ceil(37 / 8)
+    np.testing.assert_array_equal(codes._packed_bitmap(block_rows=7), np.packbits(mask, axis=1))
+    back = BinarySparseCodes.from_arrays(codes.to_arrays(), 37)
+    np.testing.assert_array_equal(back.to_dense() > 0, mask)
