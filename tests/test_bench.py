@@ -236,3 +236,11 @@ def test_scale_flag_adds_the_sweep(tmp_path: Path) -> None:
     scale = json.loads((out / "results.json").read_text())["scale"]
     assert [(r["kind"], r["n"]) for r in scale] == [("dense", 500), ("sparse", 500), ("dense", 1000), ("sparse", 1000)]
     assert (out / "scale.png").is_file() and "## Scale sweep" in (out / "report.md").read_text()
+
+
+def test_default_methods_are_every_registered_one_third_party_included(toy_methods: None) -> None:
+    from adaptemb.cli.bench import default_methods
+
+    names = default_methods()
+    assert names == sorted(names) and {"asymtoy", "negtoy"} <= set(names)
+    assert set(names) == {info.name for info in adaptemb.list_compressors()}

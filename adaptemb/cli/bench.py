@@ -12,9 +12,6 @@ from rich.console import Console
 from adaptemb.cli import app
 from adaptemb.cli.errors import friendly_errors
 
-DEFAULT_METHODS = ("svd", "mrl", "int8", "binary")
-"""The default set (only the registered ones run): fast to fit, so the default bench takes about a minute
-on 2 CPU cores. Learned methods (csr, bsa, ...) train for minutes on CPU: name them with ``--methods``."""
 DEFAULT_BUDGETS = "16,32,64,128"
 
 
@@ -43,11 +40,10 @@ def method_params(items: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def default_methods() -> list[str]:
-    """The registered methods among ``DEFAULT_METHODS``."""
+    """Every registered method, built-in or third-party, in name order: the honest default comparison."""
     from adaptemb.registry import get_registry
 
-    registered = get_registry()
-    return [name for name in DEFAULT_METHODS if name in registered]
+    return get_registry().names()
 
 
 @app.command("bench")
@@ -55,7 +51,7 @@ def default_methods() -> list[str]:
 def bench_command(
     data: Annotated[str, typer.Option("--data", help="Dataset file, folder or built-in name.")] = "default",
     methods: Annotated[str | None, typer.Option(
-        "--methods", help=f"Comma list of registered methods (default: those of {','.join(DEFAULT_METHODS)} that are registered).")] = None,
+        "--methods", help="Comma list of registered methods (default: every registered one; `adaptemb plugins` lists them).")] = None,
     budgets: Annotated[str, typer.Option("--budgets", help="Comma list of budgets k (active dims).")] = DEFAULT_BUDGETS,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
     out: Annotated[Path, typer.Option("--out", help="Folder for results.json/.csv, plots and report.md.")] = Path("bench-results"),
