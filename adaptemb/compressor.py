@@ -107,7 +107,7 @@ class Compressor(ABC):
     def is_fitted(self) -> bool:
         return self.dim is not None
 
-    def fit(self: _Self, x: Array, *, pairs: tuple[Array, Array] | None = None, labels: Array | None = None) -> _Self:
+    def fit(self: _Self, x: Array, *, pairs: tuple[Array, Array] | None = None, labels: Array | None = None) -> _Self:  # noqa: PYI019 (typing.Self is 3.11+; 3.10 is supported)
         """Fit on embeddings ``x`` (n, d); ``pairs`` or ``labels`` where the method learns from them."""
         matrix = as_matrix(x)
         supervision: dict[str, Any] = {}

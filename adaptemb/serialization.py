@@ -153,7 +153,7 @@ def _read_safetensors(source: Path) -> tuple[dict[str, str], dict[str, torch.Ten
     try:
         with safe_open(str(source), framework="pt") as handle:
             metadata = dict(handle.metadata() or {})
-            tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+            tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - safe_open is not a dict
     except (SafetensorError, OSError, ValueError, RuntimeError) as err:
         raise CorruptFileError(f"{source} is not a valid safetensors file ({err})") from None
     return metadata, tensors

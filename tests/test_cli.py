@@ -7,8 +7,10 @@ import pytest
 from typer.testing import CliRunner
 
 import adaptemb
-from adaptemb.cli import app
-from adaptemb.cli import commands  # noqa: F401  registers the commands
+from adaptemb.cli import (
+    app,
+    commands,  # noqa: F401  registers the commands
+)
 
 runner = CliRunner()
 

@@ -1,5 +1,7 @@
 """The shared contract, run over every registered compressor (built-in or installed)."""
 
+from typing import ClassVar
+
 import adaptemb
 from adaptemb.testing import CompressorContract
 
@@ -12,4 +14,4 @@ class TestContract_mrl_linear_adapter(CompressorContract):
     """``mrl`` with its learned adapter is a different fitted state: run the contract on it too."""
 
     method = "mrl"
-    params = {"adapter": "linear"}
+    params: ClassVar[dict[str, object]] = {"adapter": "linear"}

@@ -11,7 +11,7 @@ EXAMPLE = ROOT / "tests" / "plugin_example"
 
 
 def _code_blocks(markdown: str, language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", markdown, flags=re.S)
+    return re.findall(rf"```{language}\n(.*?)```", markdown, flags=re.DOTALL)
 
 
 def test_plugin_guide_shows_exactly_the_tested_example_package() -> None:
@@ -33,7 +33,7 @@ def test_every_hook_has_a_heading_in_the_plugin_guide() -> None:
 def test_every_registered_method_has_a_heading_in_the_user_guide() -> None:
     guide = (ROOT / "docs" / "guide.md").read_text()
     for name in adaptemb.get_registry().names():
-        assert re.search(rf"^### `{name}`", guide, flags=re.M), f"docs/guide.md lacks a '### `{name}`' section"
+        assert re.search(rf"^### `{name}`", guide, flags=re.MULTILINE), f"docs/guide.md lacks a '### `{name}`' section"
 
 
 def test_readme_has_the_two_commands_and_ci_runs_the_second() -> None:

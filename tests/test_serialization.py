@@ -66,9 +66,9 @@ def test_unknown_method_in_file_lists_registered_methods(x: np.ndarray, tmp_path
 def test_damaged_contents_are_reported_not_crashed(x: np.ndarray, tmp_path: Path) -> None:
     good = adaptemb.fit(x, "svd").save(tmp_path / "svd.safetensors")
     cases = {
-        "missing-tensor": dict(tensors={"mean": torch.zeros(12)}),
-        "bad-config": dict(config='{"k": "many"}'),
-        "newer-format": dict(format_version="99"),
+        "missing-tensor": {"tensors": {"mean": torch.zeros(12)}},
+        "bad-config": {"config": '{"k": "many"}'},
+        "newer-format": {"format_version": "99"},
     }
     for name, change in cases.items():
         bad = _rewrite(good, tmp_path / f"{name}.safetensors", **change)

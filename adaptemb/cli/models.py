@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -20,11 +20,11 @@ from adaptemb.serialization import save_codes
 console = Console(soft_wrap=True)
 
 ParamOption = Annotated[
-    Optional[list[str]],
+    list[str] | None,
     typer.Option("--param", "-p", help="A method parameter as NAME=VALUE (repeatable), e.g. -p k=64."),
 ]
 KeyOption = Annotated[
-    Optional[str], typer.Option("--key", help="Array name in an .npz/.safetensors file, or vector column of a .parquet.")
+    str | None, typer.Option("--key", help="Array name in an .npz/.safetensors file, or vector column of a .parquet.")
 ]
 
 
@@ -69,7 +69,7 @@ def compress_command(
     model: Annotated[Path, typer.Option("--model", help="A fitted compressor file from `adaptemb fit`.")],
     input_path: Annotated[Path, typer.Option("--input", "-i", help="Embeddings: .npy, .npz, .safetensors or .parquet.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the codes (.npz, see docs/guide.md).")],
-    k: Annotated[Optional[int], typer.Option("--k", "-k", help="Budget: active dims per code (default: the method's).")] = None,
+    k: Annotated[int | None, typer.Option("--k", "-k", help="Budget: active dims per code (default: the method's).")] = None,
     key: KeyOption = None,
 ) -> None:
     """Encode an embedding file with a fitted compressor and write the codes file."""
@@ -86,9 +86,9 @@ def compress_command(
 def export_command(
     model: Annotated[Path, typer.Option("--model", help="A fitted compressor file from `adaptemb fit`.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the ONNX encoder (.onnx).")],
-    k: Annotated[Optional[int], typer.Option("--k", "-k", help="Budget the encoder emits (default: the method's).")] = None,
+    k: Annotated[int | None, typer.Option("--k", "-k", help="Budget the encoder emits (default: the method's).")] = None,
     sample: Annotated[
-        Optional[Path], typer.Option("--sample", help="Embeddings to check onnxruntime parity on (default: random rows).")
+        Path | None, typer.Option("--sample", help="Embeddings to check onnxruntime parity on (default: random rows).")
     ] = None,
     key: KeyOption = None,
 ) -> None:
