@@ -55,7 +55,9 @@ class BSAConfig(TrainingConfig):
     fixed_k_weight: float = Field(0.0, ge=0, description="Weight of the fixed-K loss 1 - cos(D TopK_K(s), x); 0: off.")
     center: bool = Field(True, description="Subtract the fit rows' mean before the encoder (anisotropic spaces).")
     decoder_bias: bool = Field(True, description="Learn a decoder bias c: x_hat = D^T b + c.")
-    init_scale: float = Field(0.1, gt=0, description="Std of W_enc x at start: s starts at 0.5 +- about scale/4.")
+    init_scale: float = Field(
+        3.0, gt=0, description="Std of W_enc (x - m) over the fit rows at start (zero bias: half of s above 0.5)."
+    )
     max_active: int | None = Field(
         None, ge=1, description="Natural mode keeps at most this many features; None: min(h // 2, 4 * k)."
     )
@@ -66,7 +68,7 @@ class BSAConfig(TrainingConfig):
     holdout_fraction: float = Field(
         0.05, ge=0, lt=0.5, description="Rows kept out of training to measure reconstruction in fit_report."
     )
-    epochs: int = Field(10, ge=1, description="Passes over the training rows (at most).")
+    epochs: int = Field(20, ge=1, description="Passes over the training rows (at most).")
     lr: float = Field(3e-2, gt=0, description="Adam learning rate.")
     patience: int = Field(3, ge=1, description="Epochs without held-out improvement before stopping.")
 
@@ -86,10 +88,11 @@ class BSACompressor(Compressor):
         x = F.normalize(x, dim=1)
         h, k = self._sizes(x.shape[1])
         train_rows, held_rows = self._holdout(x)
-        model = BSAModel(x.shape[1], h, init_scale=self.config.init_scale,
-                         decoder_bias=self.config.decoder_bias, generator=self.generator)
+        model = BSAModel(x.shape[1], h, init_scale=self.config.init_scale, decoder_bias=self.config.decoder_bias,
+                         generator=self.generator)
         if self.config.center:
             model.center.copy_(train_rows.mean(dim=0))
+        model.calibrate(train_rows, self.config.init_scale)
         model.weights = self._loss_weights(k, len(train_rows))
         report = train(model, [train_rows], self.config, description="bsa")
         self._model = model.cpu().eval()

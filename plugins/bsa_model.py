@@ -63,13 +63,25 @@ class BSAModel(nn.Module):
 
     def __init__(self, dim: int, h: int, *, init_scale: float, decoder_bias: bool, generator: torch.Generator) -> None:
         super().__init__()
-        std = init_scale / dim**0.5  # |W_enc x| ~ init_scale for unit-norm x: s starts at 0.5 +- a little
-        self.encoder = nn.Parameter(torch.randn(h, dim, generator=generator) * std)
-        self.encoder_bias = nn.Parameter(torch.zeros(h))
+        # random directions; ``calibrate`` rescales them on the fit rows (init_scale = std of W_enc (x - m))
+        self.encoder = nn.Parameter(F.normalize(torch.randn(h, dim, generator=generator), dim=1) * init_scale)
         self.decoder = nn.Parameter(torch.randn(h, dim, generator=generator) / h**0.5)
+        self.encoder_bias = nn.Parameter(torch.zeros(h))
         self.decoder_bias = nn.Parameter(torch.zeros(dim), requires_grad=decoder_bias)
         self.register_buffer("center", torch.zeros(dim))
         self.weights: LossWeights | None = None
+
+    @torch.no_grad()
+    def calibrate(self, x: torch.Tensor, init_scale: float) -> None:
+        """Rescale each encoder row so that ``W_enc (x - m)`` has std ``init_scale`` over the rows ``x``
+        (the first 1024 of them: enough for the std, about one training step's work).
+
+        With a zero encoder bias, about half of the features start above 0.5 on every row. The scale
+        must be large next to Adam's first steps (each moves every weight by about ``lr``): at a tiny
+        scale those steps, nearly the same for every feature, overwrite the random directions, the
+        features become near-copies of each other, and the copies that lose the top-k die."""
+        z = (x[:1024] - self.center) @ self.encoder.T
+        self.encoder.mul_((init_scale / z.std(dim=0).clamp_min(1e-12))[:, None])
 
     def activations(self, x: torch.Tensor) -> torch.Tensor:
         """The soft activations ``s`` (n, h) in (0, 1) of unit-norm rows ``x``."""
