@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from adaptemb import cosine_distance
+
 THRESHOLD = 0.5
 """A feature is active when ``s >= THRESHOLD`` (natural mode and training alike)."""
 
@@ -45,11 +47,6 @@ def top_k_mask(s: torch.Tensor, k: int) -> torch.Tensor:
     """A 0/1 tensor with ones at the ``k`` largest entries of each row of ``s``."""
     idx = torch.topk(s, k, dim=1).indices
     return torch.zeros_like(s).scatter(1, idx, 1.0)
-
-
-def cosine_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Mean ``1 - cos(a, b)`` over rows, in float32."""
-    return (1.0 - F.cosine_similarity(a.float(), b.float(), dim=1)).mean()
 
 
 class BSAModel(nn.Module):

@@ -8,7 +8,7 @@ codes, ``⟨q, x̂_doc⟩ = ⟨W_decᵀq, z_doc⟩ + ⟨q, b_pre⟩``.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -75,7 +75,7 @@ class CSRCompressor(Compressor):
     Config = CSRConfig
     budget_help = "active latents k, 1 <= k <= h (h = 4·d by default); one fit serves every k"
     fit_inputs = frozenset({"pairs", "labels"})
-    test_params = {"hidden": 64, "k": 4, "epochs": 2, "batch_size": 64, "k_aux": 16, "progress": False}
+    test_params: ClassVar[dict[str, Any]] = {"hidden": 64, "k": 4, "epochs": 2, "batch_size": 64, "k_aux": 16, "progress": False}
     config: CSRConfig
 
     def __init__(self, config: CSRConfig | None = None, **params: Any) -> None:

@@ -9,7 +9,7 @@ in-batch softmax similarities of the normalised prefix and of the input (tempera
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +43,7 @@ class MRLCompressor(Compressor):
     name = "mrl"
     Config = MRLConfig
     budget_help = "prefix length m, 1 <= m <= d"
-    test_params = {"epochs": 1, "progress": False}
+    test_params: ClassVar[dict[str, Any]] = {"epochs": 1, "progress": False}
     config: MRLConfig
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
