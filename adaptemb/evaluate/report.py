@@ -94,15 +94,27 @@ def _series(result: BenchResult) -> dict[str, list[Row]]:
     return lines
 
 
+_VARIANT_STYLE = {"codes": ("-", "o"), "rerank-float32": ("--", "s"), "rerank-int8": (":", "^")}
+
+
 def plot_quality(result: BenchResult, path: Path, *, x: str, xlabel: str, metric: str = "ndcg_at_10") -> Path:
-    """Quality (``metric``) against ``x`` (a row key), one line per method (log x axis)."""
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    """Quality (``metric``) against ``x`` (a row key), one line per method and variant (log x axis).
+
+    A method keeps one colour; its rerank variants are dashed (float32) and dotted (int8).
+    """
+    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=120)
+    methods = sorted({r["method"] for r in result.rows if r["method"] != "float32"})
+    colours = {m: plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")(i % 20) for i, m in enumerate(methods)}
     for label, rows in _series(result).items():
         points = sorted((r[x], r[metric]) for r in rows if r.get(x) is not None and r.get(metric) is not None)
         if not points:
             continue
         xs, ys = zip(*points)
-        style = {"marker": "*", "markersize": 12, "linestyle": "none", "color": "black"} if label == "float32" else {"marker": "o"}
+        if label == "float32":
+            style = {"marker": "*", "markersize": 12, "linestyle": "none", "color": "black"}
+        else:
+            linestyle, marker = _VARIANT_STYLE.get(rows[0]["variant"], ("-.", "x"))
+            style = {"marker": marker, "linestyle": linestyle, "color": colours[rows[0]["method"]]}
         ax.plot(xs, ys, label=label, **style)
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
@@ -110,7 +122,7 @@ def plot_quality(result: BenchResult, path: Path, *, x: str, xlabel: str, metric
     ax.set_ylabel(label)
     ax.set_title(f"{result.dataset['name']}: {label} vs {xlabel}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
