@@ -53,6 +53,11 @@ class BSAConfig(TrainingConfig):
         "ones", description="Alignment target: the 0/1 indicator of the top k (ones) or TopK_k(s) (values)."
     )
     fixed_k_weight: float = Field(0.0, ge=0, description="Weight of the fixed-K loss 1 - cos(D TopK_K(s), x); 0: off.")
+    input_noise: float = Field(
+        0.0, ge=0, lt=1,
+        description="Expected norm of Gaussian noise added to each unit-norm training row before the encoder "
+        "(denoising; the reconstruction target stays clean); 0: off. 0.3 helps small fits, see docs.",
+    )
     center: bool = Field(True, description="Subtract the fit rows' mean before the encoder (anisotropic spaces).")
     decoder_bias: bool = Field(True, description="Learn a decoder bias c: x_hat = D^T b + c.")
     init_scale: float = Field(
@@ -125,7 +130,8 @@ class BSACompressor(Compressor):
     def _loss_weights(self, k: int, rows: int, c: BSAConfig) -> LossWeights:
         steps = c.epochs * max(1, -(-rows // c.batch_size))
         return LossWeights(k=k, alpha=c.alpha, epsilon=c.epsilon, detach_target=c.detach_target, target=c.target,
-                           fixed_k_weight=c.fixed_k_weight, ramp_steps=int(c.alpha_ramp * steps))
+                           fixed_k_weight=c.fixed_k_weight, ramp_steps=int(c.alpha_ramp * steps),
+                           input_noise=c.input_noise)
 
     @torch.no_grad()
     def _measure(self, x: torch.Tensor, held: torch.Tensor) -> dict[str, Any]:

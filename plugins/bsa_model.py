@@ -30,6 +30,7 @@ class LossWeights:
     target: str = "values"
     fixed_k_weight: float = 0.0
     ramp_steps: int = 0
+    input_noise: float = 0.0
 
     def alpha_at(self, step: int) -> float:
         if self.ramp_steps <= 0:
@@ -93,7 +94,7 @@ class BSAModel(nn.Module):
         assert self.weights is not None, "set model.weights before training"
         w = self.weights
         x = batch[0]
-        s = self.activations(x)
+        s = self.activations(self._noisy(x) if self.training and w.input_noise > 0 else x)
         reconstruction = cosine_distance(self.decode(straight_through_round(s)), x)
         alignment = self.alignment_loss(s)
         alpha = w.alpha_at(step) if self.training else w.alpha  # held-out loss: the final objective
@@ -105,6 +106,13 @@ class BSAModel(nn.Module):
             parts["fixed_k"] = fixed.detach()
         parts["active"] = (s >= THRESHOLD).float().sum(dim=1).mean().detach()
         return total, parts
+
+    def _noisy(self, x: torch.Tensor) -> torch.Tensor:
+        """Unit-norm rows plus Gaussian noise of expected norm ``input_noise``, re-normalised (the
+        reconstruction target stays the clean row: a denoising regulariser for small fits)."""
+        assert self.weights is not None
+        noise = torch.randn_like(x) * (self.weights.input_noise / x.shape[1] ** 0.5)
+        return F.normalize(x + noise, dim=1)
 
     def alignment_loss(self, s: torch.Tensor) -> torch.Tensor:
         """``1 - cos(s - eps, T - eps)`` with ``T = TopK_k(s)`` (values; detached unless configured) or,
