@@ -32,6 +32,7 @@ from adaptemb import (
     hookimpl,
     train,
 )
+from adaptemb.codes import index_dtype
 
 from .bsa_model import THRESHOLD, BSAFixedEncoder, BSAModel, LossWeights
 
@@ -177,7 +178,7 @@ class BSACompressor(Compressor):
     def _onnx_encoder(self, k: int) -> torch.nn.Module:
         """Fixed mode at ``k`` as one module (natural mode's ragged output is not exported)."""
         h = self._model.encoder.shape[0]
-        index_bytes = 1 if h <= 256 else 2 if h <= 65536 else 4
+        index_bytes = index_dtype(h).itemsize  # the dtype BinarySparseCodes stores its indices in
         return BSAFixedEncoder(self._model, k, bitmap=k * index_bytes > (h + 7) // 8).eval()
 
     def _encode_natural(self, x: torch.Tensor) -> BinarySparseCodes:

@@ -101,6 +101,8 @@ def _make_top_k_kernel(prange):
 
         Per query and document block: scatter-add the query's lists into ``acc``, then scan ``acc`` (clearing
         it) into a running top-k kept in ``best_s``/``best_i``, whose weakest entry is ``worst``.
+        The search for ``worst`` is written out in both branches on purpose: folding it into one place
+        (a flag or a helper) measured 20-25 % slower on 1M rows (0.48-0.50 s vs 0.39 s per 512 queries).
         """
         nq = len(q_indptr) - 1
         n_blocks = (n + block_rows - 1) // block_rows

@@ -49,6 +49,7 @@ class _SparseDocs(Index):
     """Shared set-up: documents as posting lists (scipy) or as a torch sparse CSR matrix."""
 
     doc_kind = "sparse"
+    engines: ClassVar[tuple[str, ...]] = ("auto", "scipy", "torch")
 
     def __init__(
         self, docs: Codes, *, device: str = "cpu", query_batch: int = 512, backend: SparseBackend = "auto"
@@ -61,8 +62,6 @@ class _SparseDocs(Index):
             self._docs_torch = torch_csr(csr, self.device)
         else:
             self._store(csr)
-
-    engines: ClassVar[tuple[str, ...]] = ("auto", "scipy", "torch")
 
     def _choose_engine(self, backend: str) -> str:
         if backend not in self.engines:
