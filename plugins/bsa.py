@@ -59,6 +59,11 @@ class BSAConfig(TrainingConfig):
         description="Expected norm of Gaussian noise added to each unit-norm training row before the encoder "
         "(denoising; the reconstruction target stays clean); 0: off. 0.3 helps small fits, see docs.",
     )
+    code_dropout: float = Field(
+        0.5, ge=0, lt=1,
+        description="Fraction of code bits zeroed (others scaled by 1 / (1 - p)) before the decoder in each "
+        "training step; a regulariser against overfitting small fits, see docs; 0: off.",
+    )
     center: bool = Field(True, description="Subtract the fit rows' mean before the encoder (anisotropic spaces).")
     decoder_bias: bool = Field(True, description="Learn a decoder bias c: x_hat = D^T b + c.")
     init_scale: float = Field(
@@ -74,7 +79,7 @@ class BSAConfig(TrainingConfig):
     holdout_fraction: float = Field(
         0.05, ge=0, lt=0.5, description="Rows kept out of training to measure reconstruction in fit_report."
     )
-    epochs: int = Field(20, ge=1, description="Passes over the training rows (at most).")
+    epochs: int = Field(40, ge=1, description="Passes over the training rows (at most; held-out loss stops earlier).")
     batch_size: int | None = Field(
         None, ge=2, description="Rows per step; None: training rows // 100, clipped to 32..256 (enough steps on small fits)."
     )
@@ -132,7 +137,7 @@ class BSACompressor(Compressor):
         steps = c.epochs * max(1, -(-rows // c.batch_size))
         return LossWeights(k=k, alpha=c.alpha, epsilon=c.epsilon, detach_target=c.detach_target, target=c.target,
                            fixed_k_weight=c.fixed_k_weight, ramp_steps=int(c.alpha_ramp * steps),
-                           input_noise=c.input_noise)
+                           input_noise=c.input_noise, code_dropout=c.code_dropout)
 
     @torch.no_grad()
     def _measure(self, x: torch.Tensor, held: torch.Tensor) -> dict[str, Any]:

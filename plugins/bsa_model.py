@@ -31,6 +31,7 @@ class LossWeights:
     fixed_k_weight: float = 0.0
     ramp_steps: int = 0
     input_noise: float = 0.0
+    code_dropout: float = 0.0
 
     def alpha_at(self, step: int) -> float:
         if self.ramp_steps <= 0:
@@ -95,7 +96,9 @@ class BSAModel(nn.Module):
         w = self.weights
         x = batch[0]
         s = self.activations(self._noisy(x) if self.training and w.input_noise > 0 else x)
-        reconstruction = cosine_distance(self.decode(straight_through_round(s)), x)
+        # inverted dropout on the binary code: no decoder row can stand in for a feature that a new row may miss
+        code = F.dropout(straight_through_round(s), p=w.code_dropout, training=self.training)
+        reconstruction = cosine_distance(self.decode(code), x)
         alignment = self.alignment_loss(s)
         alpha = w.alpha_at(step) if self.training else w.alpha  # held-out loss: the final objective
         total = reconstruction + alpha * alignment
