@@ -35,9 +35,11 @@ import torch
 import torch.nn.functional as F
 
 import adaptemb
+from adaptemb.cli.models import parse_params
 from adaptemb.datasets import load_dataset
 from adaptemb.datasets.builtin import cache_dir
 from adaptemb.evaluate.machine import machine_info
+from adaptemb.serialization import atomic_write
 
 HELD_OUT = 3000
 PROXY_TEXTS = 40_000
@@ -75,9 +77,12 @@ def wordnet_768() -> np.ndarray:
     definitions = list(dict.fromkeys(s.definition for s in read_wordnet() if s.definition))
     order = np.random.default_rng(0).permutation(len(definitions))[:PROXY_TEXTS]
     embeddings = minilm_two_layer_embeddings([definitions[i] for i in order])
-    partial = path.with_suffix(".partial.npy")
-    np.save(partial, embeddings)
-    partial.replace(path)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as handle:  # a handle: np.save would append ".npy" to the temporary name
+            np.save(handle, embeddings)
+
+    atomic_write(path, write)
     return embeddings
 
 
@@ -89,23 +94,14 @@ def load_rows(name: str) -> np.ndarray:
     return np.load(name).astype(np.float32, copy=False)
 
 
-def parse_overrides(pairs: list[str]) -> dict[str, object]:
-    overrides: dict[str, object] = {}
-    for pair in pairs:
-        name, _, value = pair.partition("=")
-        overrides[name] = json.loads(value) if value not in ("", "None") else None
-    return overrides
-
-
 @torch.no_grad()
 def held_out_measures(compressor: adaptemb.Compressor, held: np.ndarray) -> dict[str, float]:
     """Natural-mode reconstruction cosine distance and active count on rows the fit never saw."""
     codes = compressor.encode(held)
-    reconstruction = np.asarray(compressor.decode(codes), dtype=np.float32)
-    unit = held / np.linalg.norm(held, axis=1, keepdims=True)
-    cosine = (reconstruction * unit).sum(1) / np.linalg.norm(reconstruction, axis=1)
+    reconstruction = torch.as_tensor(np.asarray(compressor.decode(codes), dtype=np.float32))
+    distance = adaptemb.cosine_distance(reconstruction, torch.from_numpy(held))
     counts = codes.active_counts()
-    return {"reconstruction_cosine_distance": round(float((1 - cosine).mean()), 4),
+    return {"reconstruction_cosine_distance": round(float(distance), 4),
             "active_mean": round(float(counts.mean()), 2), "active_std": round(float(counts.std()), 2)}
 
 
@@ -128,12 +124,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default="wordnet-384", help="wordnet-384, wordnet-768 or an (n, d) .npy path")
     parser.add_argument("--rows", default="5000,15000", help="comma-separated fit sizes")
-    parser.add_argument("-p", "--param", action="append", default=[], help="BSA config override NAME=VALUE (JSON value)")
+    parser.add_argument("-p", "--param", action="append", default=[], help="BSA config override NAME=VALUE (value read as JSON when it parses)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     rows = load_rows(args.data)
-    overrides = parse_overrides(args.param)
+    overrides = parse_params(args.param)
+    if {"h", "k"} & overrides.keys():
+        raise SystemExit("h and k are fixed by the bar (h = 8 d, k = 64); -p overrides any other BSA parameter")
     label = Path(args.data).stem if args.data.endswith(".npy") else args.data
     out = args.out / f"bsa_bar_{label}.json"
     records = json.loads(out.read_text()) if out.is_file() else []
@@ -143,7 +141,7 @@ def main() -> None:
         print(json.dumps({k: v for k, v in record.items() if k != "machine"}), flush=True)
         records.append(record)
         args.out.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(records, indent=1) + "\n")
+        atomic_write(out, lambda tmp: tmp.write_text(json.dumps(records, indent=1) + "\n"))
 
 
 if __name__ == "__main__":
