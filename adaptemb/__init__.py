@@ -1,8 +1,17 @@
 """adaptemb: compress frozen embeddings, fit once, encode at any budget."""
 
 from adaptemb._version import __version__
-from adaptemb.api import compress, fit, get_compressor, list_compressors, load
-from adaptemb.codes import BinaryCodes, BinarySparseCodes, Codes, DenseCodes, QuantizedCodes, SparseCodes
+from adaptemb.api import compress, fit, get_compressor, list_compressors, load, load_codes, load_index
+from adaptemb.codes import (
+    BinaryCodes,
+    BinarySparseCodes,
+    Codes,
+    DenseCodes,
+    ProjectedQueries,
+    QuantizedCodes,
+    SparseCodes,
+    index_dtype,
+)
 from adaptemb.compressor import Budgets, Compressor, CompressorConfig
 from adaptemb.data import load_embeddings
 from adaptemb.devices import resolve_device
@@ -10,21 +19,27 @@ from adaptemb.errors import (
     AdaptembError,
     CorruptFileError,
     DuplicateCompressorError,
+    DuplicateIndexError,
     InvalidConfigError,
     NotFittedError,
     UnknownCompressorError,
 )
 from adaptemb.hookspecs import hookimpl
+from adaptemb.index import Index, SearchResult
+from adaptemb.index.bound import CompressedIndex, Rerank
 from adaptemb.linalg import principal_components
 from adaptemb.losses import cosine_distance, info_nce, normalized_mse
 from adaptemb.registry import (
     CompressorInfo,
     CompressorRegistry,
+    IndexRegistry,
+    build_index,
+    get_index_registry,
     get_registry,
     register_plugin,
     unregister_plugin,
 )
-from adaptemb.serialization import load_codes, save_codes
+from adaptemb.serialization import save_codes
 from adaptemb.train import FitReport, TrainingConfig, train
 from adaptemb.validation import as_matrix
 
@@ -34,6 +49,7 @@ __all__ = [
     "BinarySparseCodes",
     "Budgets",
     "Codes",
+    "CompressedIndex",
     "Compressor",
     "CompressorConfig",
     "CompressorInfo",
@@ -41,26 +57,36 @@ __all__ = [
     "CorruptFileError",
     "DenseCodes",
     "DuplicateCompressorError",
+    "DuplicateIndexError",
     "FitReport",
+    "Index",
+    "IndexRegistry",
     "InvalidConfigError",
     "NotFittedError",
+    "ProjectedQueries",
     "QuantizedCodes",
+    "Rerank",
+    "SearchResult",
     "SparseCodes",
     "TrainingConfig",
     "UnknownCompressorError",
     "__version__",
     "as_matrix",
+    "build_index",
     "compress",
     "cosine_distance",
     "fit",
     "get_compressor",
+    "get_index_registry",
     "get_registry",
     "hookimpl",
+    "index_dtype",
     "info_nce",
     "list_compressors",
     "load",
     "load_codes",
     "load_embeddings",
+    "load_index",
     "normalized_mse",
     "principal_components",
     "register_plugin",

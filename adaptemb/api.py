@@ -1,14 +1,26 @@
-"""The one-call API: fit, compress, load and discover compressors by name."""
+"""The one-call API: fit, compress, load and discover compressors by name; load indexes and codes."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from adaptemb.codes import Codes
 from adaptemb.compressor import Array, Compressor
-from adaptemb.errors import InvalidConfigError
-from adaptemb.registry import CompressorInfo, get_registry
+from adaptemb.errors import CorruptFileError, InvalidConfigError
+from adaptemb.index.bound import BRUTE_FORCE, CompressedIndex
+from adaptemb.index.brute import ScoreIndex
+from adaptemb.registry import CompressorInfo, get_index_registry, get_registry
+from adaptemb.serialization import (
+    COMPRESSOR_FORMAT,
+    INDEX_FORMAT,
+    read_adaptemb_file,
+    read_codes,
+    split_prefix,
+)
 
 
 def get_compressor(method: str, **params: Any) -> Compressor:
@@ -56,8 +68,41 @@ def compress(
 
 
 def load(path: str | Path) -> Compressor:
-    """Load a compressor saved with ``Compressor.save``."""
-    return Compressor.load(path)
+    """Load a compressor saved with ``Compressor.save`` (any registered method; the file names it)."""
+    metadata, tensors = read_adaptemb_file(path, COMPRESSOR_FORMAT, "compressor")
+    return _compressor(metadata, tensors, path)
+
+
+def load_index(path: str | Path, *, device: str = "auto") -> CompressedIndex:
+    """Load an index saved with ``CompressedIndex.save``: its compressor, codes and backend, on ``device``."""
+    metadata, tensors = read_adaptemb_file(path, INDEX_FORMAT, "index")
+    compressor = _compressor(metadata, split_prefix(tensors, "compressor."), path)
+    try:
+        kind, dim, n = metadata["docs_kind"], int(metadata["docs_dim"]), int(metadata["docs_n"])
+        docs = Codes.for_kind(kind).from_arrays({k: t.numpy() for k, t in split_prefix(tensors, "docs.").items()}, dim)
+        budget = json.loads(metadata["query_budget"])
+        options = json.loads(metadata["backend_options"])
+        arrays = {k: t.numpy() for k, t in split_prefix(tensors, "index.").items()}
+        name = metadata["backend"]
+    except (KeyError, ValueError, TypeError, json.JSONDecodeError) as err:
+        raise CorruptFileError(f"{path} holds a damaged index: {err}") from None
+    if len(docs) != n:
+        raise CorruptFileError(f"{path} declares {n} documents but holds {len(docs)}")
+    if name == BRUTE_FORCE:
+        return CompressedIndex(compressor, ScoreIndex(docs, compressor.score, **options), budget=budget)
+    backend = get_index_registry().get(name)
+    return CompressedIndex(compressor, backend(docs, device=device, **options, **arrays), budget=budget)
+
+
+def load_codes(path: str | Path) -> Codes:
+    """Load codes saved with ``save_codes`` (plugins are loaded first: they may define code kinds)."""
+    get_registry()
+    return read_codes(path)
+
+
+def _compressor(metadata: dict[str, str], tensors: dict[str, torch.Tensor], source: str | Path) -> Compressor:
+    cls = get_registry().get(metadata.get("method", "<missing>"))
+    return cls.from_saved(metadata, tensors, source=source)
 
 
 def list_compressors() -> list[CompressorInfo]:

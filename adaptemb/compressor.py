@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,9 +12,14 @@ import numpy as np
 import pydantic
 import torch
 
+from adaptemb._version import __version__
 from adaptemb.codes import Codes
-from adaptemb.errors import InvalidConfigError, NotFittedError, did_you_mean
-from adaptemb.ranking import top_k
+from adaptemb.errors import CorruptFileError, InvalidConfigError, NotFittedError, did_you_mean
+from adaptemb.export import OnnxParity, export_checked
+from adaptemb.index.bound import CompressedIndex
+from adaptemb.index.brute import ScoreIndex
+from adaptemb.registry import get_index_registry
+from adaptemb.serialization import COMPRESSOR_FORMAT, FORMAT_VERSION, read_adaptemb_file, write_tensors
 from adaptemb.validation import as_matrix, as_vector, check_budget
 
 _Self = TypeVar("_Self", bound="Compressor")
@@ -63,8 +69,11 @@ class Compressor(ABC):
     """Fit on frozen embeddings once, then encode at any supported budget ``k``.
 
     Subclasses set ``name``, ``Config`` and ``budget_help``, and implement ``_fit``, ``_encode``,
-    ``_budgets``, ``_state`` and ``_set_state`` (plus ``_decode`` where the method can decode).
-    Inputs reach those hooks already validated, as float32 CPU tensors.
+    ``_budgets``, ``_state`` and ``_set_state`` (plus ``_decode`` where the method can decode, and
+    ``encoder`` where it exports to ONNX). Inputs reach those hooks already validated, as float32 CPU
+    tensors. A method declares the code kind ``encode`` emits (``doc_kind``) and, when it scores
+    asymmetrically, the kind ``encode_queries`` emits (``query_kind``): ``index`` looks the search
+    backend up by that pair.
     """
 
     name: ClassVar[str]
@@ -76,6 +85,8 @@ class Compressor(ABC):
     """Extra supervision ``fit`` accepts: a subset of ``{"pairs", "labels"}``."""
     test_params: ClassVar[dict[str, Any]] = {}
     """Small, fast settings the contract suite (``adaptemb.testing``) fits with."""
+    doc_kind: ClassVar[str | None] = None
+    """The code kind ``encode`` emits (e.g. ``"sparse"``); None: read from the codes at index time."""
 
     def __init__(self, config: CompressorConfig | None = None, **params: Any) -> None:
         if config is not None and params:
@@ -106,6 +117,14 @@ class Compressor(ABC):
     @property
     def is_fitted(self) -> bool:
         return self.dim is not None
+
+    @property
+    def query_kind(self) -> str | None:
+        """The code kind ``encode_queries`` emits. Defaults to ``doc_kind`` for methods that keep the base
+        ``encode_queries`` and ``score``; None (undeclared) for others, which are then searched by brute
+        force through ``score``. Asymmetric methods override it (it may depend on the config)."""
+        symmetric = type(self).encode_queries is Compressor.encode_queries and type(self).score is Compressor.score
+        return self.doc_kind if symmetric else None
 
     def fit(self: _Self, x: Array, *, pairs: tuple[Array, Array] | None = None, labels: Array | None = None) -> _Self:  # noqa: PYI019 (typing.Self is 3.11+; 3.10 is supported)
         """Fit on embeddings ``x`` (n, d); ``pairs`` or ``labels`` where the method learns from them."""
@@ -153,36 +172,110 @@ class Compressor(ABC):
         with torch.inference_mode():
             return self._decode(codes).float().cpu().numpy()
 
-    def search(self, queries: Array, doc_codes: Codes, top_k: int = 10, *, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Exact search: encode ``queries`` at ``k`` and return (scores, ids), each (n_queries, top_k)."""
-        return _top_k_checked(self.score(self.encode_queries(queries, k=k), doc_codes), top_k)
+    def index(self, doc_codes: Codes, *, device: str = "auto", k: int | None = None, **options: Any) -> CompressedIndex:
+        """A search index over ``doc_codes`` (from this compressor's ``encode``).
 
-    def export_onnx(self, path: str | Path, k: int | None = None, *, sample: Array | None = None) -> Any:
+        The backend is the one registered for (``query_kind``, the documents' kind); ``options`` go to it
+        (``backend``, ``query_batch``, ...) over the method's own ``index_options``. ``k`` is the budget
+        raw queries are encoded at (default: the budget the documents were encoded at). A method whose
+        kinds no backend serves is searched by brute force through ``score`` (``index.brute_force``).
+        """
+        self._require_fitted()
+        if not isinstance(doc_codes, Codes):
+            raise TypeError(f"index() needs codes from encode(); got {type(doc_codes).__name__}")
+        budget = k if k is not None else self.query_budget(doc_codes)
+        if budget is not None:
+            self.budgets().resolve(budget, self.name)
+        query_kind = self.query_kind
+        backend = None if query_kind is None else get_index_registry().for_kinds(query_kind, doc_codes.kind)
+        if backend is None:
+            query_batch = options.get("query_batch", 512)
+            return CompressedIndex(self, ScoreIndex(doc_codes, self.score, query_batch=query_batch), budget=budget)
+        options = {"query_kind": query_kind, **self.index_options(doc_codes), **options}
+        return CompressedIndex(self, backend(doc_codes, device=device, **options), budget=budget)
+
+    def index_options(self, doc_codes: Codes) -> dict[str, Any]:
+        """Backend options this method's scoring needs (e.g. per-document weights); none by default."""
+        return {}
+
+    def query_budget(self, doc_codes: Codes) -> int | None:
+        """The budget raw queries are encoded at for these documents: their common active count when it is
+        a valid budget (a fixed-k sparse code, a dense prefix), else None (the method's default)."""
+        budgets = self.budgets()
+        counts = doc_codes.active_counts()
+        if budgets.fixed or not len(counts) or not (counts == counts[0]).all():
+            return None
+        return int(counts[0]) if budgets.low <= counts[0] <= budgets.high else None
+
+    def search(self, queries: Array, doc_codes: Codes, top_k: int = 10, *, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Exact search of ``queries`` (raw embeddings) in ``doc_codes``: (scores, ids), each (n_queries, top_k).
+
+        Builds ``index(doc_codes, k=k)`` for this one call; build it once with ``index`` to search many times.
+        """
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+            raise ValueError(f"top_k must be an integer >= 1; got {top_k!r}")
+        return self.index(doc_codes, k=k).search(queries, top_k)
+
+    def encoder(self, k: int) -> torch.nn.Module:
+        """The encode path at budget ``k`` as one torch module (the ONNX export path): float32 (n, d) in, a tuple
+        of tensors out, named by its ``output_names`` like the arrays of ``encode(x, k).to_arrays()`` (shared
+        tables such as int8 scales excluded). Methods that cannot export raise ``NotImplementedError``."""
+        raise NotImplementedError(f"{self.name} does not support ONNX export")
+
+    def export_onnx(self, path: str | Path, k: int | None = None, *, sample: Array | None = None) -> OnnxParity:
         """Export the encoder at budget ``k`` to ONNX and check it against onnxruntime.
 
-        Returns the parity measured on ``sample`` rows (``adaptemb.export.OnnxParity``); the file is
-        written only when onnxruntime reproduces ``encode``. Needs ``pip install 'adaptemb[onnx]'``.
+        Returns the parity measured on ``sample`` rows (default: 64 seeded standard-normal rows); the file
+        is written only when onnxruntime reproduces ``encode``. Needs ``pip install 'adaptemb[onnx]'``.
         """
-        from adaptemb.export import export_onnx
-
         self._require_fitted()
-        return export_onnx(self, path, k, sample=sample)
+        budget = self.budgets().resolve(k, self.name)
+        if sample is not None:
+            rows = as_matrix(sample, name="sample", dim=self.dim)
+        else:
+            assert self.dim is not None
+            rows = torch.randn(64, self.dim, generator=self.generator)
+        module = self.encoder(budget)
+        return export_checked(module, rows, path, list(module.output_names),
+                              lambda x: self.encode(x, k=budget).to_arrays())
+
+    def file_metadata(self) -> dict[str, str]:
+        """The string metadata a saved compressor carries (format, method, config, dim, version)."""
+        self._require_fitted()
+        return {
+            "format": COMPRESSOR_FORMAT,
+            "format_version": FORMAT_VERSION,
+            "method": self.name,
+            "config": self.config.model_dump_json(),
+            "dim": str(self.dim),
+            "adaptemb_version": __version__,
+        }
 
     def save(self, path: str | Path) -> Path:
         """Write this fitted compressor to one safetensors file (atomically) and return its path."""
-        from adaptemb.serialization import save_compressor
-
-        self._require_fitted()
-        return save_compressor(self, path)
+        return write_tensors(path, self.state_tensors(), self.file_metadata())
 
     @classmethod
-    def load(cls, path: str | Path) -> Compressor:
-        """Load a compressor saved by ``save``; called on a subclass it also checks the method."""
-        from adaptemb.serialization import load_compressor
+    def load(cls: type[_Self], path: str | Path) -> _Self:  # noqa: PYI019 (typing.Self is 3.11+)
+        """Load a ``cls`` compressor saved by ``save``; ``adaptemb.load(path)`` loads any method by name."""
+        if cls is Compressor:
+            raise TypeError("Compressor.load needs a method class (e.g. SVDCompressor.load); use adaptemb.load(path)")
+        metadata, tensors = read_adaptemb_file(path, COMPRESSOR_FORMAT, "compressor")
+        if metadata.get("method") != cls.name:
+            raise TypeError(f"{path} holds a {metadata.get('method')!r} compressor, not {cls.name!r}")
+        return cls.from_saved(metadata, tensors, source=path)
 
-        compressor = load_compressor(path)
-        if cls is not Compressor and not isinstance(compressor, cls):
-            raise TypeError(f"{path} holds a {compressor.name!r} compressor, not {cls.name!r}")
+    @classmethod
+    def from_saved(cls: type[_Self], metadata: dict[str, str], tensors: dict[str, torch.Tensor], *,  # noqa: PYI019
+                   source: str | Path = "<memory>") -> _Self:
+        """Rebuild a compressor from the metadata and tensors of a file ``save`` wrote."""
+        try:
+            config = cls.Config.model_validate_json(metadata["config"])
+            dim = int(metadata["dim"])
+            compressor = cls(config=config)
+            compressor.restore(dim, tensors)
+        except (KeyError, ValueError, TypeError, pydantic.ValidationError, RuntimeError, json.JSONDecodeError) as err:
+            raise CorruptFileError(f"{source} holds a damaged {cls.name!r} compressor: {err}") from None
         return compressor
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
@@ -229,11 +322,6 @@ class Compressor(ABC):
     def _decode(self, codes: Codes) -> torch.Tensor:
         raise NotImplementedError(f"{self.name} cannot decode codes back to embeddings")
 
-    def _onnx_encoder(self, k: int) -> torch.nn.Module:
-        """A module mapping a float32 batch to the arrays of ``encode(x, k).to_arrays()``, in the
-        order of its ``output_names`` attribute (shared tables excluded). Enables ONNX export."""
-        raise NotImplementedError(f"{self.name} does not support ONNX export")
-
     # -- helpers ------------------------------------------------------------------------------
 
     def _require_fitted(self) -> None:
@@ -254,12 +342,6 @@ class Compressor(ABC):
         if anchors.shape != positives.shape:
             raise ValueError(f"pair anchors {tuple(anchors.shape)} and positives {tuple(positives.shape)} differ in shape")
         return anchors, positives
-
-
-def _top_k_checked(scores: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-    if count < 1:
-        raise ValueError(f"top_k must be >= 1; got {count}")
-    return top_k(scores, min(count, scores.shape[1]))
 
 
 def _config_error_message(cls: type[Compressor], err: pydantic.ValidationError) -> str:

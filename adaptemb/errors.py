@@ -28,6 +28,10 @@ class DuplicateCompressorError(AdaptembError, ValueError):
     """Two plugins registered the same method name."""
 
 
+class DuplicateIndexError(AdaptembError, ValueError):
+    """Two plugins registered an index backend under one name or for one (query, document) kind pair."""
+
+
 class InvalidConfigError(AdaptembError, ValueError):
     """A parameter a method does not have, or a value outside its bounds."""
 
@@ -41,6 +45,7 @@ class CorruptFileError(AdaptembError, ValueError):
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
-    """Return " (did you mean 'x'?)" for the closest choice, or "" when none is close."""
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    """Return " (did you mean 'x'?)" for the closest choice (compared case-insensitively), or "" when none is close."""
+    by_lower = {choice.lower(): choice for choice in choices}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""

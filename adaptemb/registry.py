@@ -1,108 +1,54 @@
-"""The plugin manager and the registry of compressors it fills.
+"""The plugin manager and the registries it fills (compressors, index backends).
 
 Plugins come from the ``adaptemb`` entry-point group (the built-in methods ship there too) and from
-``register_plugin`` calls. Set ``ADAPTEMB_DISABLE_PLUGINS`` to a comma-separated list of entry-point
-names or distribution names to skip them, or to ``all`` to load no entry point at all.
+``register_plugin`` calls; the core's index backends (``adaptemb.index.builtin``) are registered first,
+through the same ``pm.register`` door. Set ``ADAPTEMB_DISABLE_PLUGINS`` to a comma-separated list of
+entry-point names or distribution names to skip them, or to ``all`` to load no entry point at all.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import inspect
 import os
 import threading
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import pluggy
 
 from adaptemb import hookspecs
-from adaptemb.compressor import Compressor
-from adaptemb.errors import DuplicateCompressorError, UnknownCompressorError
+from adaptemb._version import __version__
+from adaptemb.codes import Codes
+from adaptemb.index import builtin as builtin_index_backends
+from adaptemb.index.base import Index
+from adaptemb.registries import (
+    DISABLE_ENV_VAR,
+    CompressorInfo,
+    CompressorRegistry,
+    IndexBackendInfo,
+    IndexRegistry,
+    PluginSource,
+)
+
+__all__ = [
+    "DISABLE_ENV_VAR",
+    "ENTRY_POINT_GROUP",
+    "CompressorInfo",
+    "CompressorRegistry",
+    "IndexBackendInfo",
+    "IndexRegistry",
+    "PluginSource",
+    "build_index",
+    "get_index_registry",
+    "get_registry",
+    "plugin_manager",
+    "register_plugin",
+    "reset_plugins",
+    "unregister_plugin",
+]
 
 ENTRY_POINT_GROUP = "adaptemb"
-DISABLE_ENV_VAR = "ADAPTEMB_DISABLE_PLUGINS"
-
-
-@dataclass(frozen=True)
-class PluginSource:
-    """Where a plugin came from: its plugin name, and the distribution that ships it (if any)."""
-
-    plugin: str
-    package: str | None = None
-    version: str | None = None
-
-    def __str__(self) -> str:
-        if self.package is None:
-            return f"plugin {self.plugin!r}"
-        return f"plugin {self.plugin!r} from {self.package} {self.version}"
-
-
-@dataclass(frozen=True)
-class CompressorInfo:
-    """One registered compressor, as ``adaptemb.list_compressors()`` reports it."""
-
-    name: str
-    cls: type[Compressor]
-    source: PluginSource
-    summary: str
-    budgets: str
-
-
-class CompressorRegistry:
-    """Maps method names to Compressor classes; filled by the ``register_compressors`` hook."""
-
-    def __init__(self) -> None:
-        self._entries: dict[str, CompressorInfo] = {}
-        self._current = PluginSource(plugin="<direct>")
-
-    def add(self, cls: type[Compressor]) -> None:
-        """Register a Compressor subclass under its ``name``."""
-        if not (inspect.isclass(cls) and issubclass(cls, Compressor)) or inspect.isabstract(cls):
-            raise TypeError(f"registry.add needs a concrete Compressor subclass; got {cls!r}")
-        name = getattr(cls, "name", None)
-        if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
-            raise ValueError(f"{cls.__qualname__}.name must be a lower-case identifier; got {name!r}")
-        if name in self._entries:
-            first = self._entries[name]
-            raise DuplicateCompressorError(
-                f"compressor {name!r} is registered twice: by {first.source} "
-                f"({first.cls.__module__}.{first.cls.__qualname__}) and by {self._current} "
-                f"({cls.__module__}.{cls.__qualname__}); disable one with {DISABLE_ENV_VAR}"
-            )
-        summary = (inspect.getdoc(cls) or "").split("\n", 1)[0]
-        self._entries[name] = CompressorInfo(name, cls, self._current, summary, cls.budget_help)
-
-    def get(self, name: str) -> type[Compressor]:
-        """The class registered as ``name``; an unknown name lists what exists."""
-        if not isinstance(name, str) or name not in self._entries:
-            raise UnknownCompressorError(str(name), self._entries)
-        return self._entries[name].cls
-
-    def info(self, name: str) -> CompressorInfo:
-        self.get(name)
-        return self._entries[name]
-
-    def names(self) -> list[str]:
-        return sorted(self._entries)
-
-    def infos(self) -> list[CompressorInfo]:
-        return [self._entries[name] for name in self.names()]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._entries
-
-    @contextmanager
-    def adding_from(self, source: PluginSource) -> Iterator[None]:
-        """Attribute the ``add`` calls made inside the block to ``source``."""
-        previous, self._current = self._current, source
-        try:
-            yield
-        finally:
-            self._current = previous
+BUILTIN_INDEX_PLUGIN = "adaptemb-index-backends"
 
 
 class _Plugins:
@@ -113,12 +59,15 @@ class _Plugins:
         self._manager: pluggy.PluginManager | None = None
         self._sources: dict[str, PluginSource] = {}
         self._registry: CompressorRegistry | None = None
+        self._index_registry: IndexRegistry | None = None
 
     def manager(self) -> pluggy.PluginManager:
         with self._lock:
             if self._manager is None:
                 manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
                 manager.add_hookspecs(hookspecs)
+                manager.register(builtin_index_backends, name=BUILTIN_INDEX_PLUGIN)
+                self._sources[BUILTIN_INDEX_PLUGIN] = PluginSource(BUILTIN_INDEX_PLUGIN, "adaptemb", __version__)
                 self._manager = manager
                 self._load_entry_points()
             return self._manager
@@ -128,13 +77,24 @@ class _Plugins:
             if self._registry is None:
                 registry = CompressorRegistry()
                 manager = self.manager()
-                # call each plugin's hook separately so every add() is attributed to its plugin
-                for impl in reversed(manager.hook.register_compressors.get_hookimpls()):
-                    source = self._sources.get(impl.plugin_name, PluginSource(impl.plugin_name))
-                    with registry.adding_from(source):
-                        impl.function(registry=registry)
+                self._fill(registry, manager.hook.register_compressors)
                 self._registry = registry
             return self._registry
+
+    def index_registry(self) -> IndexRegistry:
+        with self._lock:
+            if self._index_registry is None:
+                registry = IndexRegistry()
+                self._fill(registry, self.manager().hook.register_index_backends)
+                self._index_registry = registry
+            return self._index_registry
+
+    def _fill(self, registry: CompressorRegistry | IndexRegistry, hook: Any) -> None:
+        """Call each plugin's implementation of ``hook`` separately so every add() is attributed to it."""
+        for impl in reversed(hook.get_hookimpls()):
+            source = self._sources.get(impl.plugin_name, PluginSource(impl.plugin_name))
+            with registry.adding_from(source):
+                impl.function(registry=registry)
 
     def register(self, plugin: Any, name: str | None = None) -> str:
         with self._lock:
@@ -144,20 +104,20 @@ class _Plugins:
                 raise ValueError(f"plugin {name or plugin!r} is blocked by {DISABLE_ENV_VAR}")
             manager.check_pending()
             self._sources.setdefault(plugin_name, PluginSource(plugin_name))
-            self._registry = None
+            self._registry = self._index_registry = None
             return plugin_name
 
     def unregister(self, name: str) -> None:
         with self._lock:
             self.manager().unregister(name=name)
             self._sources.pop(name, None)
-            self._registry = None
+            self._registry = self._index_registry = None
 
     def reset(self) -> None:
         with self._lock:
             self._manager = None
             self._sources = {}
-            self._registry = None
+            self._registry = self._index_registry = None
 
     def _load_entry_points(self) -> None:
         assert self._manager is not None
@@ -193,6 +153,27 @@ _PLUGINS = _Plugins()
 def get_registry() -> CompressorRegistry:
     """The registry of every compressor the loaded plugins provide."""
     return _PLUGINS.registry()
+
+
+def get_index_registry() -> IndexRegistry:
+    """The registry of every index backend the core and the loaded plugins provide."""
+    return _PLUGINS.index_registry()
+
+
+def build_index(docs: Codes, *, query_kind: str | None = None, device: str = "auto", **options: Any) -> Index:
+    """An index over ``docs`` from the backend registered for (``query_kind``, ``docs.kind``).
+
+    ``query_kind`` defaults to the documents' kind; ``device`` is ``"auto"``, ``"cpu"`` or ``"cuda"``;
+    ``options`` go to the backend (``query_batch``, ``backend``, ...). An unserved pair raises
+    ``ValueError`` listing the served ones. ``Compressor.index`` is the usual way in: it knows the kinds.
+    """
+    pair = (query_kind or docs.kind, docs.kind)
+    registry = get_index_registry()
+    backend = registry.for_kinds(*pair)
+    if backend is None:
+        known = ", ".join(f"{q}→{d}" for q, d in registry.pairs())
+        raise ValueError(f"no index backend for {pair[0]} queries against {pair[1]} documents; served: {known}")
+    return backend(docs, device=device, query_kind=pair[0], **options)
 
 
 def plugin_manager() -> pluggy.PluginManager:

@@ -1,34 +1,42 @@
-"""Saving and loading fitted compressors (safetensors) and codes (npz). Data only, never pickle.
+"""Files: atomic writes, safetensors files with a JSON-string header, and codes ``.npz`` files. Data only, never pickle.
 
-A compressor file is one safetensors file: the fitted tensors plus string metadata
-``format="adaptemb.compressor"``, ``format_version``, ``method``, ``config`` (JSON), ``dim`` and
-``adaptemb_version``. A codes file is an ``.npz`` holding the arrays of ``Codes.to_arrays()`` and a
-JSON header in ``__adaptemb__`` (``format="adaptemb.codes"``, ``kind``, ``dim``, ``n``). Every write
-goes to a temporary file in the target folder and is renamed into place, so a failed write leaves
-nothing behind.
+This module knows file formats, not methods: building a compressor or an index from what a file holds
+happens above it (``Compressor.from_saved``, ``adaptemb.load``, ``adaptemb.load_index``).
+
+* A compressor file is one safetensors file: the fitted tensors plus string metadata
+  ``format="adaptemb.compressor"``, ``format_version``, ``method``, ``config`` (JSON), ``dim`` and
+  ``adaptemb_version``. An index file (``format="adaptemb.index"``) adds the document codes and the
+  backend's arrays under prefixes.
+* A codes file is an ``.npz`` holding the arrays of ``Codes.to_arrays()`` and a JSON header in
+  ``__adaptemb__`` (``format="adaptemb.codes"``, ``kind``, ``dim``, ``n``).
+
+Every write goes to a temporary file in the target folder and is renamed into place, so a failed write
+leaves nothing behind. Every safetensors read takes the header and the tensors from one read of the
+file, so a concurrent atomic replace can never mix two files.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import struct
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
-import pydantic
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
+from safetensors.torch import load as load_torch_bytes
 from safetensors.torch import save_file
 
 from adaptemb._version import __version__
 from adaptemb.codes import Codes
-from adaptemb.compressor import Compressor
 from adaptemb.errors import CorruptFileError
 
 COMPRESSOR_FORMAT = "adaptemb.compressor"
+INDEX_FORMAT = "adaptemb.index"
 CODES_FORMAT = "adaptemb.codes"
 FORMAT_VERSION = "1"
 _CODES_HEADER = "__adaptemb__"
@@ -62,45 +70,72 @@ def _current_umask() -> int:
     return mask
 
 
-def save_compressor(compressor: Compressor, path: str | Path) -> Path:
-    """Write a fitted compressor to one safetensors file."""
-    metadata = {
-        "format": COMPRESSOR_FORMAT,
-        "format_version": FORMAT_VERSION,
-        "method": compressor.name,
-        "config": compressor.config.model_dump_json(),
-        "dim": str(compressor.dim),
-        "adaptemb_version": __version__,
-    }
-    tensors = compressor.state_tensors()
-    return atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
+# -- safetensors ------------------------------------------------------------------------------------
 
 
-def load_compressor(path: str | Path) -> Compressor:
-    """Load a compressor file, checking it is one adaptemb wrote for a registered method."""
-    from adaptemb.registry import get_registry
+def write_tensors(path: str | Path, tensors: Mapping[str, np.ndarray | torch.Tensor], metadata: Mapping[str, str]) -> Path:
+    """Write named tensors (numpy or torch, CPU) and string metadata to one safetensors file, atomically."""
+    arrays, seen = {}, set()
+    for name, tensor in tensors.items():
+        array = _as_torch(tensor)
+        if array.numel() and array.untyped_storage().data_ptr() in seen:  # safetensors refuses shared memory
+            array = array.clone()
+        seen.add(array.untyped_storage().data_ptr())
+        arrays[name] = array
+    return atomic_write(path, lambda tmp: save_file(arrays, str(tmp), metadata=dict(metadata)))
 
-    source = _existing_file(path)
-    metadata, tensors = _read_safetensors(source)
-    if metadata.get("format") != COMPRESSOR_FORMAT:
+
+def read_tensors(path: str | Path) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """The metadata and tensors of a safetensors file, both taken from a single read of the file."""
+    source = existing_file(path)
+    try:
+        data = source.read_bytes()
+        metadata = _header_metadata(data)
+        tensors = load_torch_bytes(data)
+    except (SafetensorError, OSError, ValueError, TypeError, RuntimeError, struct.error) as err:
+        raise CorruptFileError(f"{source} is not a valid safetensors file ({err})") from None
+    return metadata, tensors
+
+
+def _header_metadata(data: bytes) -> dict[str, str]:
+    (size,) = struct.unpack("<Q", data[:8])
+    if size > len(data) - 8:
+        raise ValueError(f"header length {size} exceeds the file")
+    header = json.loads(data[8 : 8 + size])
+    if not isinstance(header, dict):
+        raise TypeError("header is not a JSON object")
+    metadata = header.get("__metadata__") or {}
+    return {str(k): str(v) for k, v in metadata.items()}
+
+
+def read_adaptemb_file(path: str | Path, expected: str, what: str) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """``read_tensors`` plus a check that adaptemb wrote the file as ``expected`` in a readable version."""
+    metadata, tensors = read_tensors(path)
+    if metadata.get("format") != expected:
         raise CorruptFileError(
-            f"{source} is a safetensors file but not an adaptemb compressor "
-            f"(its metadata has no format={COMPRESSOR_FORMAT!r}); save compressors with Compressor.save"
+            f"{path} is a safetensors file but not an adaptemb {what} (its metadata has no format={expected!r})"
         )
     if metadata.get("format_version") != FORMAT_VERSION:
         raise CorruptFileError(
-            f"{source} uses compressor format version {metadata.get('format_version')!r}; "
+            f"{path} uses {what} format version {metadata.get('format_version')!r}; "
             f"this adaptemb ({__version__}) reads version {FORMAT_VERSION}"
         )
-    cls = get_registry().get(metadata.get("method", "<missing>"))
-    try:
-        config = cls.Config.model_validate_json(metadata["config"])
-        dim = int(metadata["dim"])
-        compressor = cls(config=config)
-        compressor.restore(dim, tensors)
-    except (KeyError, ValueError, pydantic.ValidationError, RuntimeError) as err:
-        raise CorruptFileError(f"{source} holds a damaged {cls.name!r} compressor: {err}") from None
-    return compressor
+    return metadata, tensors
+
+
+def split_prefix(tensors: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The tensors named ``prefix + name``, keyed by ``name``."""
+    return {name[len(prefix) :]: t for name, t in tensors.items() if name.startswith(prefix)}
+
+
+def _as_torch(tensor: np.ndarray | torch.Tensor) -> torch.Tensor:
+    if isinstance(tensor, np.ndarray):
+        array = np.ascontiguousarray(tensor)
+        return torch.from_numpy(array if array.flags.writeable else array.copy())
+    return tensor.detach().cpu().contiguous()
+
+
+# -- codes files ------------------------------------------------------------------------------------
 
 
 def save_codes(codes: Codes, path: str | Path) -> Path:
@@ -118,12 +153,9 @@ def save_codes(codes: Codes, path: str | Path) -> Path:
     return atomic_write(path, write)
 
 
-def load_codes(path: str | Path) -> Codes:
-    """Load codes written by ``save_codes``."""
-    from adaptemb.registry import get_registry
-
-    get_registry()  # plugins may define their own code kinds
-    source = _existing_file(path)
+def read_codes(path: str | Path) -> Codes:
+    """Codes written by ``save_codes`` (their kind must be defined: ``adaptemb.load_codes`` loads plugins first)."""
+    source = existing_file(path)
     try:
         with np.load(source, allow_pickle=False) as archive:
             arrays = {key: archive[key] for key in archive.files}
@@ -142,18 +174,9 @@ def load_codes(path: str | Path) -> Codes:
     return codes
 
 
-def _existing_file(path: str | Path) -> Path:
+def existing_file(path: str | Path) -> Path:
+    """``path`` as a Path, or ``FileNotFoundError`` naming it."""
     source = Path(path)
     if not source.is_file():
         raise FileNotFoundError(f"no such file: {source}")
     return source
-
-
-def _read_safetensors(source: Path) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
-    try:
-        with safe_open(str(source), framework="pt") as handle:
-            metadata = dict(handle.metadata() or {})
-            tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - safe_open is not a dict
-    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
-        raise CorruptFileError(f"{source} is not a valid safetensors file ({err})") from None
-    return metadata, tensors

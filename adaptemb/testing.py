@@ -9,9 +9,12 @@ Subclass :class:`CompressorContract` in your test module and name your method::
         params = {"h": 64}           # optional, merged over the class's ``test_params``
 
 pytest then checks shapes and budgets, seed determinism, save -> load (in this process and in a
-fresh one) giving identical codes, exact storage accounting, the codes file round trip, scoring and
-search agreeing, ONNX export reproducing ``encode`` under onnxruntime (for methods that export), and
-that bad inputs are rejected with clear errors.
+fresh one) giving identical codes, exact storage accounting, the codes file round trip, the method's
+index returning the top-10 of its own ``score`` (and saving and loading), ONNX export reproducing
+``encode`` under onnxruntime (for methods that export), and that bad inputs are rejected with clear
+errors. The fixtures (``contract_data``, ``contract_params``, ``contract_fitted``) and the ``slow`` and
+``gpu`` markers come from adaptemb's pytest plugin (``adaptemb.pytest_plugin``), which pytest loads by
+itself wherever adaptemb is installed.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from adaptemb.codes import Codes
 from adaptemb.compressor import Compressor
 from adaptemb.errors import InvalidConfigError, NotFittedError
 from adaptemb.ranking import top_k
+
+Data = tuple[np.ndarray, np.ndarray]
+"""Unit-norm rows and their cluster ids (``clustered_embeddings`` output)."""
 
 
 def clustered_embeddings(n: int = 240, dim: int = 32, clusters: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -58,6 +64,27 @@ def assert_same_codes(left: Codes, right: Codes) -> None:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
+def assert_top_k_matches(got: tuple[np.ndarray, np.ndarray], scores: np.ndarray, k: int, *, tol: float = 1e-4) -> None:
+    """``got`` (scores, ids) is the top-``k`` of the (n_queries, n_docs) ``scores`` matrix, ties aside.
+
+    The returned scores equal the ``k`` best of each row (within ``tol``, relative to the row's scale),
+    every returned id really has the score returned for it, ids are distinct, and any id that differs
+    from the brute-force top-k has a score tied (within ``tol``) with the k-th best.
+    """
+    got_scores, got_ids = got
+    k = min(k, scores.shape[1])
+    want_scores, want_ids = top_k(np.asarray(scores, dtype=np.float32), k)
+    assert got_ids.shape == (scores.shape[0], k) and got_scores.shape == got_ids.shape
+    atol = tol * max(1.0, float(np.abs(want_scores).max(initial=0.0)))
+    np.testing.assert_allclose(got_scores, want_scores, rtol=tol, atol=atol)
+    np.testing.assert_allclose(np.take_along_axis(scores, got_ids, axis=1), got_scores, rtol=tol, atol=atol)
+    for row, (ids, expected) in enumerate(zip(got_ids, want_ids)):
+        assert len(set(ids.tolist())) == k, f"query {row}: repeated ids {ids}"
+        kth = want_scores[row, -1]
+        for doc in set(ids.tolist()) ^ set(expected.tolist()):
+            assert abs(scores[row, doc] - kth) <= atol + tol * abs(kth), f"query {row}: doc {doc} is not tied at the cut"
+
+
 def assert_close_codes(left: Codes, right: Codes, *, rtol: float = 1e-3, max_flips: float = 1e-3) -> None:
     """Codes that stand for the same vectors up to float rounding: ``to_dense()`` values agree within
     ``rtol`` except for at most a ``max_flips`` fraction of entries (ties that last-bit float
@@ -74,21 +101,10 @@ class CompressorContract:
     params: ClassVar[dict[str, Any]] = {}
     fresh_process: ClassVar[bool] = True
     """Set False for a plugin registered at run time (a fresh process cannot see it)."""
+    allow_brute_force: ClassVar[bool] = True
+    """Whether ``index()`` may fall back to brute force through ``score`` (built-in methods may not)."""
 
-    # -- fixtures -----------------------------------------------------------------------------
-
-    @pytest.fixture(scope="class")
-    def data(self) -> tuple[np.ndarray, np.ndarray]:
-        return clustered_embeddings()
-
-    @pytest.fixture(scope="class")
-    def config_params(self) -> dict[str, Any]:
-        cls = adaptemb.get_registry().get(self.method)
-        return {**cls.test_params, **self.params}
-
-    @pytest.fixture(scope="class")
-    def fitted(self, data: tuple[np.ndarray, np.ndarray], config_params: dict[str, Any]) -> Compressor:
-        return adaptemb.get_compressor(self.method, **config_params).fit(data[0])
+    # fixtures ``contract_data``, ``contract_params`` and ``contract_fitted``: adaptemb.pytest_plugin
 
     # -- the contract -------------------------------------------------------------------------
 
@@ -100,12 +116,12 @@ class CompressorContract:
         with pytest.raises(InvalidConfigError, match="unknown parameter 'no_such_param'"):
             adaptemb.get_compressor(self.method, no_such_param=1)
 
-    def test_encode_shapes_and_budgets(self, fitted: Compressor, data: tuple[np.ndarray, np.ndarray]) -> None:
-        x = data[0]
-        budgets = fitted.budgets()
+    def test_encode_shapes_and_budgets(self, contract_fitted: Compressor, contract_data: Data) -> None:
+        x = contract_data[0]
+        budgets = contract_fitted.budgets()
         assert 1 <= budgets.low <= budgets.default <= budgets.high
-        for k in _budgets_to_check(fitted):
-            codes = fitted.encode(x, k=k)
+        for k in _budgets_to_check(contract_fitted):
+            codes = contract_fitted.encode(x, k=k)
             assert len(codes) == len(x)
             assert codes.to_dense().shape == (len(x), codes.dim)
             assert codes.to_dense().dtype == np.float32
@@ -114,30 +130,30 @@ class CompressorContract:
             if not budgets.fixed:
                 assert active.max() <= (budgets.default if k is None else k)
 
-    def test_batched_encoding_equals_one_pass(self, fitted: Compressor, data: tuple[np.ndarray, np.ndarray]) -> None:
+    def test_batched_encoding_equals_one_pass(self, contract_fitted: Compressor, contract_data: Data) -> None:
         # BLAS may sum in another order for another batch size, so equal up to float rounding
-        for k in _budgets_to_check(fitted):
-            assert_close_codes(fitted.encode(data[0], k=k, batch_size=7), fitted.encode(data[0], k=k))
-        assert_same_codes(fitted.encode(torch.from_numpy(data[0])), fitted.encode(data[0]))
+        for k in _budgets_to_check(contract_fitted):
+            assert_close_codes(contract_fitted.encode(contract_data[0], k=k, batch_size=7), contract_fitted.encode(contract_data[0], k=k))
+        assert_same_codes(contract_fitted.encode(torch.from_numpy(contract_data[0])), contract_fitted.encode(contract_data[0]))
 
-    def test_seed_determinism(self, data: tuple[np.ndarray, np.ndarray], config_params: dict[str, Any]) -> None:
-        first = adaptemb.get_compressor(self.method, seed=3, **config_params).fit(data[0])
-        second = adaptemb.get_compressor(self.method, seed=3, **config_params).fit(data[0])
-        assert_same_codes(first.encode(data[0]), second.encode(data[0]))
+    def test_seed_determinism(self, contract_data: Data, contract_params: dict[str, Any]) -> None:
+        first = adaptemb.get_compressor(self.method, seed=3, **contract_params).fit(contract_data[0])
+        second = adaptemb.get_compressor(self.method, seed=3, **contract_params).fit(contract_data[0])
+        assert_same_codes(first.encode(contract_data[0]), second.encode(contract_data[0]))
 
-    def test_save_load_identical_codes(self, fitted: Compressor, data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
-        path = fitted.save(tmp_path / "model.safetensors")
+    def test_save_load_identical_codes(self, contract_fitted: Compressor, contract_data: Data, tmp_path: Path) -> None:
+        path = contract_fitted.save(tmp_path / "model.safetensors")
         loaded = adaptemb.load(path)
-        assert loaded.name == fitted.name and loaded.config == fitted.config and loaded.dim == fitted.dim
-        assert loaded.budgets() == fitted.budgets()
-        for k in _budgets_to_check(fitted):
-            assert_same_codes(fitted.encode(data[0], k=k), loaded.encode(data[0], k=k))
+        assert loaded.name == contract_fitted.name and loaded.config == contract_fitted.config and loaded.dim == contract_fitted.dim
+        assert loaded.budgets() == contract_fitted.budgets()
+        for k in _budgets_to_check(contract_fitted):
+            assert_same_codes(contract_fitted.encode(contract_data[0], k=k), loaded.encode(contract_data[0], k=k))
 
-    def test_save_load_in_fresh_process(self, fitted: Compressor, data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
+    def test_save_load_in_fresh_process(self, contract_fitted: Compressor, contract_data: Data, tmp_path: Path) -> None:
         if not self.fresh_process:
             pytest.skip("plugin registered at run time; a fresh process cannot load it")
-        model = fitted.save(tmp_path / "model.safetensors")
-        np.save(tmp_path / "x.npy", data[0])
+        model = contract_fitted.save(tmp_path / "model.safetensors")
+        np.save(tmp_path / "x.npy", contract_data[0])
         script = textwrap.dedent(
             f"""
             import numpy as np, adaptemb
@@ -146,11 +162,11 @@ class CompressorContract:
             """
         )
         subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
-        assert_same_codes(fitted.encode(data[0]), adaptemb.load_codes(tmp_path / "codes.npz"))
+        assert_same_codes(contract_fitted.encode(contract_data[0]), adaptemb.load_codes(tmp_path / "codes.npz"))
 
-    def test_storage_accounting_is_exact(self, fitted: Compressor, data: tuple[np.ndarray, np.ndarray]) -> None:
-        for k in _budgets_to_check(fitted):
-            codes = fitted.encode(data[0], k=k)
+    def test_storage_accounting_is_exact(self, contract_fitted: Compressor, contract_data: Data) -> None:
+        for k in _budgets_to_check(contract_fitted):
+            codes = contract_fitted.encode(contract_data[0], k=k)
             arrays = codes.to_arrays()
             assert codes.nbytes == sum(a.nbytes for a in arrays.values())
             assert codes.nbytes == codes.row_nbytes + codes.shared_nbytes
@@ -158,43 +174,68 @@ class CompressorContract:
             half = codes[np.arange(len(codes) // 2)]
             assert half.row_nbytes <= codes.row_nbytes and half.shared_nbytes == codes.shared_nbytes
 
-    def test_codes_file_round_trip(self, fitted: Compressor, data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
-        codes = fitted.encode(data[0])
+    def test_codes_file_round_trip(self, contract_fitted: Compressor, contract_data: Data, tmp_path: Path) -> None:
+        codes = contract_fitted.encode(contract_data[0])
         adaptemb.save_codes(codes, tmp_path / "codes.npz")
         assert_same_codes(codes, adaptemb.load_codes(tmp_path / "codes.npz"))
 
-    def test_scores_keep_cluster_structure(self, fitted: Compressor, data: tuple[np.ndarray, np.ndarray]) -> None:
-        x, labels = data
-        budget = fitted.budgets().high
-        scores = fitted.score(fitted.encode_queries(x, k=budget), fitted.encode(x, k=budget))
+    def test_scores_keep_cluster_structure(self, contract_fitted: Compressor, contract_data: Data) -> None:
+        x, labels = contract_data
+        budget = contract_fitted.budgets().high
+        scores = contract_fitted.score(contract_fitted.encode_queries(x, k=budget), contract_fitted.encode(x, k=budget))
         assert scores.shape == (len(x), len(x)) and np.isfinite(scores).all()
         np.fill_diagonal(scores, -np.inf)
         nearest = scores.argmax(axis=1)
         assert (labels[nearest] == labels).mean() >= 0.9
 
-    def test_search_agrees_with_score(self, fitted: Compressor, data: tuple[np.ndarray, np.ndarray]) -> None:
-        x = data[0]
-        docs = fitted.encode(x)
-        scores, ids = fitted.search(x[:20], docs, top_k=5)
-        expected_scores, _ = top_k(fitted.score(fitted.encode_queries(x[:20]), docs), 5)
-        assert ids.shape == (20, 5)
-        np.testing.assert_allclose(scores, expected_scores, rtol=1e-5, atol=1e-5)
+    def test_search_agrees_with_score(self, contract_fitted: Compressor, contract_data: Data) -> None:
+        x = contract_data[0]
+        docs = contract_fitted.encode(x)
+        got = contract_fitted.search(x[:20], docs, top_k=5)
+        assert got[1].shape == (20, 5)
+        assert_top_k_matches(got, contract_fitted.score(contract_fitted.encode_queries(x[:20]), docs), 5)
 
-    def test_decode_shape(self, fitted: Compressor, data: tuple[np.ndarray, np.ndarray]) -> None:
-        codes = fitted.encode(data[0])
+    def test_index_returns_the_top_10_of_score(self, contract_fitted: Compressor, contract_data: Data) -> None:
+        """``index(docs).search(q, 10)`` is the top-10 of ``score(encode_queries(q), docs)`` at every budget,
+        for raw query embeddings and for query codes alike."""
+        x = contract_data[0]
+        queries = x[:40] + 0.05 * np.random.default_rng(1).standard_normal(x[:40].shape).astype(np.float32)
+        for k in _budgets_to_check(contract_fitted):
+            docs = contract_fitted.encode(x, k=k)
+            index = contract_fitted.index(docs, device="cpu")
+            assert len(index) == len(x) and isinstance(index.backend, str) and index.backend
+            if not self.allow_brute_force:
+                assert not index.brute_force, f"{self.method} fell back to brute force through score()"
+            want = contract_fitted.score(contract_fitted.encode_queries(queries, k=index.budget), docs)
+            assert_top_k_matches(index.search(queries, 10), want, 10)
+            assert_top_k_matches(index.search(index.encode_queries(queries), 10), want, 10)
+
+    def test_index_saves_and_loads(self, contract_fitted: Compressor, contract_data: Data, tmp_path: Path) -> None:
+        x = contract_data[0]
+        index = contract_fitted.index(contract_fitted.encode(x), device="cpu")
+        index.save(tmp_path / "index.safetensors")
+        loaded = adaptemb.load_index(tmp_path / "index.safetensors", device="cpu")
+        assert len(loaded) == len(index) and loaded.backend == index.backend and loaded.budget == index.budget
+        scores, ids = index.search(x[:15], 10)
+        again_scores, again_ids = loaded.search(x[:15], 10)
+        np.testing.assert_array_equal(again_ids, ids)
+        np.testing.assert_array_equal(again_scores, scores)
+
+    def test_decode_shape(self, contract_fitted: Compressor, contract_data: Data) -> None:
+        codes = contract_fitted.encode(contract_data[0])
         try:
-            recon = fitted.decode(codes)
+            recon = contract_fitted.decode(codes)
         except NotImplementedError:
             pytest.skip(f"{self.method} does not decode")
-        assert recon.shape == data[0].shape and recon.dtype == np.float32
+        assert recon.shape == contract_data[0].shape and recon.dtype == np.float32
 
     @pytest.mark.slow
-    def test_onnx_export_matches_encode(self, fitted: Compressor, data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
+    def test_onnx_export_matches_encode(self, contract_fitted: Compressor, contract_data: Data, tmp_path: Path) -> None:
         for module in ("onnx", "onnxruntime", "onnxscript"):
             pytest.importorskip(module)
-        budget = fitted.budgets().default
+        budget = contract_fitted.budgets().default
         try:
-            parity = fitted.export_onnx(tmp_path / "encoder.onnx", k=budget, sample=data[0][:64])
+            parity = contract_fitted.export_onnx(tmp_path / "encoder.onnx", k=budget, sample=contract_data[0][:64])
         except NotImplementedError:
             pytest.skip(f"{self.method} does not export to ONNX")
         assert parity.rows == 64 and (tmp_path / "encoder.onnx").stat().st_size > 0
@@ -211,12 +252,12 @@ class CompressorContract:
         ],
         ids=["nan", "1d", "empty", "integer", "wrong-dim", "list"],
     )
-    def test_rejects_bad_input(self, fitted: Compressor, bad: Any, error: type[Exception], message: str) -> None:
+    def test_rejects_bad_input(self, contract_fitted: Compressor, bad: Any, error: type[Exception], message: str) -> None:
         with pytest.raises(error, match=message):
-            fitted.encode(bad)
+            contract_fitted.encode(bad)
 
-    def test_rejects_bad_fit_input(self, config_params: dict[str, Any]) -> None:
-        fresh = adaptemb.get_compressor(self.method, **config_params)
+    def test_rejects_bad_fit_input(self, contract_params: dict[str, Any]) -> None:
+        fresh = adaptemb.get_compressor(self.method, **contract_params)
         with pytest.raises(ValueError, match="NaN"):
             fresh.fit(np.full((8, 32), np.nan, dtype=np.float32))
         with pytest.raises(TypeError, match="floating"):
@@ -224,13 +265,13 @@ class CompressorContract:
         with pytest.raises(NotFittedError):
             fresh.encode(np.ones((2, 32), dtype=np.float32))
 
-    def test_rejects_budget_out_of_range(self, fitted: Compressor, data: tuple[np.ndarray, np.ndarray]) -> None:
-        budgets = fitted.budgets()
+    def test_rejects_budget_out_of_range(self, contract_fitted: Compressor, contract_data: Data) -> None:
+        budgets = contract_fitted.budgets()
         for k in (budgets.low - 1, budgets.high + 1):
             with pytest.raises(ValueError, match=f"k={k}"):
-                fitted.encode(data[0][:2], k=k)
+                contract_fitted.encode(contract_data[0][:2], k=k)
         with pytest.raises(TypeError, match="integer"):
-            fitted.encode(data[0][:2], k=2.5)  # type: ignore[arg-type]
+            contract_fitted.encode(contract_data[0][:2], k=2.5)  # type: ignore[arg-type]
 
 
 def _budgets_to_check(compressor: Compressor) -> list[int | None]:

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field
 
-from adaptemb import BinaryCodes, Budgets, Codes, Compressor, CompressorConfig, as_matrix, hookimpl
-
-_RESCORE_QUERY_BLOCK = 64
+from adaptemb import (
+    BinaryCodes,
+    Budgets,
+    Codes,
+    CompressedIndex,
+    Compressor,
+    CompressorConfig,
+    CompressorRegistry,
+    Rerank,
+    as_matrix,
+    hookimpl,
+)
 
 
 class BinaryConfig(CompressorConfig):
@@ -19,7 +28,7 @@ class BinaryConfig(CompressorConfig):
         description="Bit = x > the per-dimension mean of the fit data (default; balances the bits), or x > 0.",
     )
     rescore: int = Field(
-        0, ge=0, description="search(): shortlist this many by Hamming, rerank with the float query; 0 = off."
+        0, ge=0, description="index()/search(): shortlist this many by Hamming, rerank with the float query; 0 = off."
     )
 
 
@@ -29,6 +38,7 @@ class BinaryCompressor(Compressor):
     name = "binary"
     Config = BinaryConfig
     budget_help = "no budget: keeps 1 bit for each of the d dims"
+    doc_kind = "binary"
     config: BinaryConfig
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
@@ -36,10 +46,10 @@ class BinaryCompressor(Compressor):
         self._threshold = mean if self.config.threshold == "mean" else torch.zeros_like(mean)
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
-        (packed,) = self._onnx_encoder(k)(x)
+        (packed,) = self.encoder(k)(x)
         return BinaryCodes(packed.numpy(), x.shape[1])
 
-    def _onnx_encoder(self, k: int) -> torch.nn.Module:
+    def encoder(self, k: int) -> torch.nn.Module:
         return _SignBits(self._threshold)
 
     def _decode(self, codes: Codes) -> torch.Tensor:
@@ -57,22 +67,16 @@ class BinaryCompressor(Compressor):
         if self._threshold.ndim != 1:
             raise ValueError("threshold must be a 1-D tensor")
 
-    def search(self, queries, doc_codes, top_k=10, *, k=None):  # type: ignore[no-untyped-def]
-        """Hamming search; with ``rescore > 0`` the Hamming shortlist is reranked by <q, +-1 doc>."""
+    def index(self, doc_codes: Codes, *, device: str = "auto", k: int | None = None, **options: Any) -> CompressedIndex:
+        """Hamming search through faiss; with ``rescore > 0`` the Hamming shortlist of that many is reranked
+        by ``<q - threshold, ±1 doc>`` with the float query (raw query embeddings must then be passed)."""
+        index = super().index(doc_codes, device=device, k=k, **options)
         if self.config.rescore == 0:
-            return super().search(queries, doc_codes, top_k, k=k)
-        shortlist = min(max(self.config.rescore, top_k), len(doc_codes))
-        _, candidates = super().search(queries, doc_codes, shortlist, k=k)
-        float_queries = self.encode_float(queries)
-        scores = np.empty(candidates.shape, dtype=np.float32)
-        for start in range(0, len(candidates), _RESCORE_QUERY_BLOCK):
-            block = candidates[start : start + _RESCORE_QUERY_BLOCK]
-            signs = doc_codes[block.reshape(-1)].to_dense().reshape(*block.shape, -1)
-            scores[start : start + len(block)] = np.einsum("qd,qsd->qs", float_queries[start : start + len(block)], signs)
-        order = np.argsort(-scores, axis=1, kind="stable")[:, :top_k]
-        return np.take_along_axis(scores, order, axis=1), np.take_along_axis(candidates, order, axis=1)
+            return index
+        return CompressedIndex(self, index.inner, budget=index.budget,
+                               second_stage=Rerank(doc_codes, self.encode_float, shortlist=self.config.rescore))
 
-    def encode_float(self, queries) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def encode_float(self, queries: Any) -> np.ndarray:
         """Queries shifted by the threshold, the float side of asymmetric rescoring."""
         self._require_fitted()
         return (as_matrix(queries, name="queries", dim=self.dim) - self._threshold).numpy()
@@ -97,5 +101,5 @@ class _SignBits(torch.nn.Module):
 
 
 @hookimpl
-def register_compressors(registry) -> None:  # type: ignore[no-untyped-def]
+def register_compressors(registry: CompressorRegistry) -> None:
     registry.add(BinaryCompressor)

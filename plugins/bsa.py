@@ -8,33 +8,42 @@ One fit serves two inference modes:
 
 Codes are :class:`adaptemb.BinarySparseCodes`. Scoring (config ``scoring``): ``asymmetric`` (default:
 a dense query projected through the decoder, ``cos(q, x_hat_doc)`` from ``<D q, b_doc> + <q, c>`` and
-norms decoded from the codes; no float document vectors), ``asymmetric_dot`` (``<q, x_hat_doc>``), or
-symmetric ``dot`` (|A ∩ B|) / ``cosine`` between binary codes. See docs/methods/bsa.md.
+norms decoded from the codes once, when the index is built; no float document vectors), ``asymmetric_dot``
+(``<q, x_hat_doc>``), or symmetric ``dot`` (|A ∩ B|) / ``cosine`` between binary codes. Every scoring is
+searched through the documents' posting lists. See docs/methods/bsa.md.
+
+The model (``bsa_model.BSAModel``) is what ``encode`` needs and what is saved; the objective below
+(``BSAObjective``: the loss terms and their weights, input noise, code dropout) exists only while fitting.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import Field
+from torch import nn
 
 from adaptemb import (
     BinarySparseCodes,
     Budgets,
     Codes,
     Compressor,
-    DenseCodes,
+    CompressorRegistry,
+    ProjectedQueries,
     TrainingConfig,
     as_matrix,
+    cosine_distance,
     hookimpl,
+    index_dtype,
     train,
 )
-from adaptemb.codes import index_dtype
 
-from .bsa_model import THRESHOLD, BSAFixedEncoder, BSAModel, LossWeights
+from .bsa_model import THRESHOLD, BSAFixedEncoder, BSAModel
 
 _REPORT_BLOCK = 4096
 
@@ -94,7 +103,12 @@ class BSACompressor(Compressor):
     Config = BSAConfig
     budget_help = "k=None: natural mode (all s >= 0.5, ~k on average); k=j: exactly j active of h (1..h//2)"
     test_params: ClassVar[dict[str, Any]] = {"h": 64, "k": 8, "epochs": 2, "batch_size": 64, "progress": False}
+    doc_kind = "binary_sparse"
     config: BSAConfig
+
+    @property
+    def query_kind(self) -> str:
+        return "projected" if self.config.scoring.startswith("asymmetric") else "binary_sparse"
 
     # -- fitting --------------------------------------------------------------------------------
 
@@ -102,15 +116,14 @@ class BSACompressor(Compressor):
         x = F.normalize(x, dim=1)
         h, k = self._sizes(x.shape[1])
         train_rows, held_rows = self._holdout(x)
-        model = BSAModel(x.shape[1], h, init_scale=self.config.init_scale, decoder_bias=self.config.decoder_bias,
-                         generator=self.generator)
+        model = BSAModel(x.shape[1], h, decoder_bias=self.config.decoder_bias, generator=self.generator)
         if self.config.center:
             model.center.copy_(train_rows.mean(dim=0))
         model.calibrate(train_rows, self.config.init_scale)
         config = self.config.model_copy(update={"batch_size": self._batch_size(len(train_rows))})
-        model.weights = self._loss_weights(k, len(train_rows), config)
-        report = train(model, [train_rows], config, description="bsa")
-        self._model = model.cpu().eval()
+        objective = BSAObjective(model, self._loss_weights(k, len(train_rows), config))
+        report = train(objective, [train_rows], config, description="bsa")
+        self._model = objective.model.cpu().eval()
         self._k = k
         self.fit_report = {**report.as_dict(), "batch_size": config.batch_size, **self._measure(x, held_rows)}
 
@@ -180,7 +193,7 @@ class BSACompressor(Compressor):
         idx = torch.topk(self.activations(x), k, dim=1).indices
         return BinarySparseCodes.from_indices(idx.numpy(), self._model.encoder.shape[0])
 
-    def _onnx_encoder(self, k: int) -> torch.nn.Module:
+    def encoder(self, k: int) -> torch.nn.Module:
         """Fixed mode at ``k`` as one module (natural mode's ragged output is not exported)."""
         h = self._model.encoder.shape[0]
         index_bytes = index_dtype(h).itemsize  # the dtype BinarySparseCodes stores its indices in
@@ -214,29 +227,33 @@ class BSACompressor(Compressor):
         return torch.from_numpy(np.asarray(csr @ decoder, dtype=np.float32)) + self._model.decoder_bias.detach()
 
     def encode_queries(self, x: Any, k: int | None = None) -> Codes:
-        """Asymmetric scoring: ``[D q, <q, c>]`` (n, h + 1) dense; otherwise ``encode(x, k)``."""
+        """Asymmetric scoring: ``ProjectedQueries`` ``(D q, <q, c>)`` of the unit-norm query; otherwise ``encode(x, k)``."""
         if not self.config.scoring.startswith("asymmetric"):
             return self.encode(x, k=k)
         self._require_fitted()
         q = F.normalize(as_matrix(x, name="queries", dim=self.dim), dim=1)
         with torch.inference_mode():
-            projected = torch.cat([q @ self._model.decoder.T, (q @ self._model.decoder_bias)[:, None]], dim=1)
-        return DenseCodes(projected.numpy())
+            projected, offset = q @ self._model.decoder.T, q @ self._model.decoder_bias
+        return ProjectedQueries(projected.contiguous().numpy(), offset.contiguous().numpy())
 
     def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
-        """Dense queries: ``<q, x_hat_doc> = <D q, b_doc> + <q, c>``, divided by ``|x_hat_doc|`` for
+        """Projected queries: ``<q, x_hat_doc> = <D q, b_doc> + <q, c>``, divided by ``|x_hat_doc|`` for
         ``scoring="asymmetric"`` (norms decoded from the codes); binary queries: |A ∩ B| or cosine."""
         docs = self._check_codes(doc_codes)
-        if isinstance(query_codes, DenseCodes):
-            if query_codes.dim != docs.dim + 1:
-                raise ValueError(f"query codes have dim {query_codes.dim}; expected h + 1 = {docs.dim + 1}")
-            q = query_codes.to_dense()
-            scores = np.asarray((docs.to_csr() @ q[:, :-1].T).T, dtype=np.float32) + q[:, -1:]
+        if isinstance(query_codes, ProjectedQueries):
+            scores = query_codes.similarity(docs)
             if self.config.scoring == "asymmetric":
                 scores /= np.maximum(self.reconstruction_norms(docs), 1e-12)[None, :]
             return scores
         metric = "cosine" if self.config.scoring == "cosine" else "dot"
         return self._check_codes(query_codes).similarity(docs, metric=metric)
+
+    def index_options(self, doc_codes: Codes) -> dict[str, Any]:
+        """What the posting-list index needs to compute ``score``: document weights ``1 / |x_hat_doc|``
+        (decoded once, here) for ``asymmetric``, the cosine metric for ``cosine``."""
+        if self.config.scoring == "asymmetric":
+            return {"doc_scale": 1.0 / np.maximum(self.reconstruction_norms(doc_codes), 1e-12)}
+        return {"metric": "cosine"} if self.config.scoring == "cosine" else {}
 
     def reconstruction_norms(self, codes: Codes) -> np.ndarray:
         """``|x_hat|`` of each code, decoded blockwise (nothing float is stored per document)."""
@@ -254,25 +271,95 @@ class BSACompressor(Compressor):
     # -- state ----------------------------------------------------------------------------------
 
     def _state(self) -> dict[str, torch.Tensor]:
-        m = self._model
-        return {"encoder": m.encoder.detach(), "encoder_bias": m.encoder_bias.detach(), "center": m.center,
-                "decoder": m.decoder.detach(), "decoder_bias": m.decoder_bias.detach(),
-                "k": torch.tensor([self._k])}
+        return {**self._model.state(), "k": torch.tensor([self._k])}
 
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
-        encoder, decoder = tensors["encoder"], tensors["decoder"]
-        if encoder.ndim != 2 or decoder.shape != encoder.shape:
-            raise ValueError(f"encoder {tuple(encoder.shape)} and decoder {tuple(decoder.shape)} must both be (h, d)")
-        h, dim = encoder.shape
-        model = BSAModel(dim, h, init_scale=self.config.init_scale, decoder_bias=self.config.decoder_bias,
-                         generator=torch.Generator())
-        with torch.no_grad():
-            for name in ("encoder", "encoder_bias", "center", "decoder", "decoder_bias"):
-                getattr(model, name).copy_(tensors[name])
-        self._model = model.eval()
+        self._model = BSAModel.from_state(tensors, decoder_bias=self.config.decoder_bias)
         self._k = int(tensors["k"][0])
 
 
+# -- the objective (fit only) -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LossWeights:
+    """How the BSA loss terms are combined; ``alpha`` rises linearly over ``ramp_steps`` when > 0."""
+
+    k: int
+    alpha: float = 1.0
+    epsilon: float = 0.125
+    detach_target: bool = True
+    target: str = "values"
+    fixed_k_weight: float = 0.0
+    ramp_steps: int = 0
+    input_noise: float = 0.0
+    code_dropout: float = 0.0
+
+    def alpha_at(self, step: int) -> float:
+        if self.ramp_steps <= 0:
+            return self.alpha
+        return self.alpha * min(1.0, (step + 1) / self.ramp_steps)
+
+
+def straight_through_round(s: torch.Tensor) -> torch.Tensor:
+    """Forward: ``1[s >= 0.5]``; backward: identity (``hard + s - sg(s)``)."""
+    hard = (s >= THRESHOLD).to(s.dtype)
+    return hard + s - s.detach()
+
+
+def top_k_mask(s: torch.Tensor, k: int) -> torch.Tensor:
+    """A 0/1 tensor with ones at the ``k`` largest entries of each row of ``s``."""
+    idx = torch.topk(s, k, dim=1).indices
+    return torch.zeros_like(s).scatter(1, idx, 1.0)
+
+
+
+class BSAObjective(nn.Module):
+    """What ``train`` optimises: the model plus reconstruction ``1 - cos(x_hat, x)`` and sparsity alignment
+    (and the optional fixed-K term), with input noise and code dropout. Not saved: loading rebuilds the model."""
+
+    def __init__(self, model: BSAModel, weights: LossWeights) -> None:
+        super().__init__()
+        self.model = model
+        self.weights = weights
+
+    def training_loss(self, batch: Sequence[torch.Tensor], step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Total BSA loss of a batch of unit-norm rows, with its named parts (see ``LossWeights``)."""
+        w, model = self.weights, self.model
+        x = batch[0]
+        s = model.activations(self._noisy(x) if self.training and w.input_noise > 0 else x)
+        # inverted dropout on the binary code: no decoder row can stand in for a feature that a new row may miss
+        code = F.dropout(straight_through_round(s), p=w.code_dropout, training=self.training)
+        reconstruction = cosine_distance(model.decode(code), x)
+        alignment = self.alignment_loss(s)
+        alpha = w.alpha_at(step) if self.training else w.alpha  # held-out loss: the final objective
+        total = reconstruction + alpha * alignment
+        parts = {"reconstruction": reconstruction.detach(), "alignment": alignment.detach()}
+        if w.fixed_k_weight > 0:
+            fixed = cosine_distance(model.decode(top_k_mask(s.detach(), w.k) * (1.0 + s - s.detach())), x)
+            total = total + w.fixed_k_weight * fixed
+            parts["fixed_k"] = fixed.detach()
+        parts["active"] = (s >= THRESHOLD).float().sum(dim=1).mean().detach()
+        return total, parts
+
+    def _noisy(self, x: torch.Tensor) -> torch.Tensor:
+        """Unit-norm rows plus Gaussian noise of expected norm ``input_noise``, re-normalised (the
+        reconstruction target stays the clean row: a denoising regulariser for small fits)."""
+        noise = torch.randn_like(x) * (self.weights.input_noise / x.shape[1] ** 0.5)
+        return F.normalize(x + noise, dim=1)
+
+    def alignment_loss(self, s: torch.Tensor) -> torch.Tensor:
+        """``1 - cos(s - eps, T - eps)`` with ``T = TopK_k(s)`` (values; detached unless configured) or,
+        for ``target="ones"``, the 0/1 indicator of the top k (the ideal binary code)."""
+        mask = top_k_mask(s.detach(), self.weights.k)
+        if self.weights.target == "ones":
+            target = mask
+        else:
+            target = mask * (s.detach() if self.weights.detach_target else s)
+        eps = self.weights.epsilon
+        return cosine_distance(s - eps, target - eps)
+
+
 @hookimpl
-def register_compressors(registry) -> None:  # type: ignore[no-untyped-def]
+def register_compressors(registry: CompressorRegistry) -> None:
     registry.add(BSACompressor)

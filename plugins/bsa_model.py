@@ -1,74 +1,57 @@
-"""The BSA autoencoder: sigmoid encoder, straight-through binarisation, linear decoder, and its losses.
+"""The BSA autoencoder: sigmoid encoder and linear decoder, the torch module ``encode`` needs.
 
-Kept apart from ``bsa.py`` (the Compressor) so the maths can be read on its own. The encode path
-uses plain torch ops only (matmul, sigmoid, topk, comparisons) so it exports to ONNX.
+Nothing for training lives here: the objective (losses, their weights, noise, dropout) is in ``bsa.py``.
+The encode path uses plain torch ops only (matmul, sigmoid, topk, comparisons) so it exports to ONNX.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from adaptemb import cosine_distance
-
 THRESHOLD = 0.5
 """A feature is active when ``s >= THRESHOLD`` (natural mode and training alike)."""
-
-
-@dataclass(frozen=True)
-class LossWeights:
-    """How the BSA loss terms are combined; ``alpha`` rises linearly over ``ramp_steps`` when > 0."""
-
-    k: int
-    alpha: float = 1.0
-    epsilon: float = 0.125
-    detach_target: bool = True
-    target: str = "values"
-    fixed_k_weight: float = 0.0
-    ramp_steps: int = 0
-    input_noise: float = 0.0
-    code_dropout: float = 0.0
-
-    def alpha_at(self, step: int) -> float:
-        if self.ramp_steps <= 0:
-            return self.alpha
-        return self.alpha * min(1.0, (step + 1) / self.ramp_steps)
-
-
-def straight_through_round(s: torch.Tensor) -> torch.Tensor:
-    """Forward: ``1[s >= 0.5]``; backward: identity (``hard + s - sg(s)``)."""
-    hard = (s >= THRESHOLD).to(s.dtype)
-    return hard + s - s.detach()
-
-
-def top_k_mask(s: torch.Tensor, k: int) -> torch.Tensor:
-    """A 0/1 tensor with ones at the ``k`` largest entries of each row of ``s``."""
-    idx = torch.topk(s, k, dim=1).indices
-    return torch.zeros_like(s).scatter(1, idx, 1.0)
+STATE_NAMES = ("encoder", "encoder_bias", "center", "decoder", "decoder_bias")
 
 
 class BSAModel(nn.Module):
-    """``s = sigmoid(W_enc (x - m) + b_enc)``, ``b = round_ST(s)``, ``x_hat = b @ D + c``.
+    """``s = sigmoid(W_enc (x - m) + b_enc)``, binary code ``b = 1[s >= 0.5]``, ``x_hat = b @ D + c``.
 
     ``m`` (``center``, a buffer) is the mean of the fit rows when centring is on, else zero.
-
     ``D`` (h, d) holds one decoder row per feature, so a binary code decodes to the sum of the rows
-    of its active features plus the bias ``c``.
+    of its active features plus the bias ``c`` (learned when ``decoder_bias``, else fixed at zero).
     """
 
-    def __init__(self, dim: int, h: int, *, init_scale: float, decoder_bias: bool, generator: torch.Generator) -> None:
+    def __init__(self, dim: int, h: int, *, decoder_bias: bool, generator: torch.Generator) -> None:
         super().__init__()
-        # random directions; ``calibrate`` rescales them on the fit rows (init_scale = std of W_enc (x - m))
-        self.encoder = nn.Parameter(F.normalize(torch.randn(h, dim, generator=generator), dim=1) * init_scale)
+        # random unit directions; ``calibrate`` sets their scale on the fit rows
+        self.encoder = nn.Parameter(F.normalize(torch.randn(h, dim, generator=generator), dim=1))
         self.decoder = nn.Parameter(torch.randn(h, dim, generator=generator) / h**0.5)
         self.encoder_bias = nn.Parameter(torch.zeros(h))
         self.decoder_bias = nn.Parameter(torch.zeros(dim), requires_grad=decoder_bias)
         self.register_buffer("center", torch.zeros(dim))
-        self.weights: LossWeights | None = None
+
+    @classmethod
+    def from_state(cls, tensors: dict[str, torch.Tensor], *, decoder_bias: bool) -> BSAModel:
+        """Rebuild from ``state()`` tensors."""
+        encoder, decoder = tensors["encoder"], tensors["decoder"]
+        if encoder.ndim != 2 or decoder.shape != encoder.shape:
+            raise ValueError(f"encoder {tuple(encoder.shape)} and decoder {tuple(decoder.shape)} must both be (h, d)")
+        h, dim = encoder.shape
+        model = cls(dim, h, decoder_bias=decoder_bias, generator=torch.Generator())
+        with torch.no_grad():
+            for name in STATE_NAMES:
+                getattr(model, name).copy_(tensors[name])
+        return model.eval()
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The tensors that fully determine the model (what is saved)."""
+        return {name: getattr(self, name).detach() for name in STATE_NAMES}
+
+    @property
+    def h(self) -> int:
+        return self.encoder.shape[0]
 
     @torch.no_grad()
     def calibrate(self, x: torch.Tensor, init_scale: float) -> None:
@@ -89,45 +72,6 @@ class BSAModel(nn.Module):
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """Reconstructions of (n, h) codes (0/1 or soft)."""
         return codes @ self.decoder + self.decoder_bias
-
-    def training_loss(self, batch: Sequence[torch.Tensor], step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Total BSA loss of a batch of unit-norm rows, with its named parts (see ``LossWeights``)."""
-        assert self.weights is not None, "set model.weights before training"
-        w = self.weights
-        x = batch[0]
-        s = self.activations(self._noisy(x) if self.training and w.input_noise > 0 else x)
-        # inverted dropout on the binary code: no decoder row can stand in for a feature that a new row may miss
-        code = F.dropout(straight_through_round(s), p=w.code_dropout, training=self.training)
-        reconstruction = cosine_distance(self.decode(code), x)
-        alignment = self.alignment_loss(s)
-        alpha = w.alpha_at(step) if self.training else w.alpha  # held-out loss: the final objective
-        total = reconstruction + alpha * alignment
-        parts = {"reconstruction": reconstruction.detach(), "alignment": alignment.detach()}
-        if w.fixed_k_weight > 0:
-            fixed = cosine_distance(self.decode(top_k_mask(s.detach(), w.k) * (1.0 + s - s.detach())), x)
-            total = total + w.fixed_k_weight * fixed
-            parts["fixed_k"] = fixed.detach()
-        parts["active"] = (s >= THRESHOLD).float().sum(dim=1).mean().detach()
-        return total, parts
-
-    def _noisy(self, x: torch.Tensor) -> torch.Tensor:
-        """Unit-norm rows plus Gaussian noise of expected norm ``input_noise``, re-normalised (the
-        reconstruction target stays the clean row: a denoising regulariser for small fits)."""
-        assert self.weights is not None
-        noise = torch.randn_like(x) * (self.weights.input_noise / x.shape[1] ** 0.5)
-        return F.normalize(x + noise, dim=1)
-
-    def alignment_loss(self, s: torch.Tensor) -> torch.Tensor:
-        """``1 - cos(s - eps, T - eps)`` with ``T = TopK_k(s)`` (values; detached unless configured) or,
-        for ``target="ones"``, the 0/1 indicator of the top k (the ideal binary code)."""
-        assert self.weights is not None
-        mask = top_k_mask(s.detach(), self.weights.k)
-        if self.weights.target == "ones":
-            target = mask
-        else:
-            target = mask * (s.detach() if self.weights.detach_target else s)
-        eps = self.weights.epsilon
-        return cosine_distance(s - eps, target - eps)
 
 
 class BSAFixedEncoder(nn.Module):

@@ -3,30 +3,40 @@
 One fit trains with L(k) + L(4k)/8 + β·aux-k + γ·NCL (see ``docs/methods/csr.md``); ``encode`` then
 keeps the top-k latents for any k from 1 to h. Scoring is either the paper's sparse·sparse dot
 product or asymmetric: a dense query projected once through the decoder against sparse document
-codes, ``⟨q, x̂_doc⟩ = ⟨W_decᵀq, z_doc⟩ + ⟨q, b_pre⟩``.
+codes, ``⟨q, x̂_doc⟩ = ⟨W_decᵀq, z_doc⟩ + ⟨q, b_pre⟩`` (``ProjectedQueries``); both are searched
+through the posting lists of the documents.
+
+The model (``csr_model.CSRModel``) is what ``encode`` needs and what is saved; the objective below
+(``CSRObjective``: loss weights, dead-latent counters, the decoder constraint) exists only while fitting.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import Field
+from torch import nn
 
 from adaptemb import (
     Budgets,
     Codes,
     Compressor,
-    DenseCodes,
+    CompressorRegistry,
+    ProjectedQueries,
     SparseCodes,
     TrainingConfig,
     as_matrix,
     hookimpl,
+    info_nce,
+    normalized_mse,
     train,
 )
-from adaptemb_plugins.csr_model import CSREncoder, CSRModule, LossSettings, geometric_median
+from adaptemb_plugins.csr_model import CSREncoder, CSRModel, geometric_median
 
 _ENCODE_BLOCK = 1 << 24  # pre-activation floats per encode block (64 MB in float32)
 _EVAL_ROWS = 2048  # rows the before/after loss measurement uses
@@ -76,13 +86,16 @@ class CSRCompressor(Compressor):
     budget_help = "active latents k, 1 <= k <= h (h = 4·d by default); one fit serves every k"
     fit_inputs = frozenset({"pairs", "labels"})
     test_params: ClassVar[dict[str, Any]] = {"hidden": 64, "k": 4, "epochs": 2, "batch_size": 64, "k_aux": 16, "progress": False}
+    doc_kind = "sparse"
     config: CSRConfig
 
     def __init__(self, config: CSRConfig | None = None, **params: Any) -> None:
         super().__init__(config, **params)
-        self._module: CSRModule | None = None
-        self._shift = torch.zeros(0)
-        self._scale = torch.ones(0)
+        self._model: CSRModel | None = None
+
+    @property
+    def query_kind(self) -> str:
+        return "sparse" if self.config.scoring == "symmetric" else "projected"
 
     # -- fitting --------------------------------------------------------------------------------
 
@@ -91,51 +104,43 @@ class CSRCompressor(Compressor):
         hidden = cfg.hidden or 4 * x.shape[1]
         if cfg.k > hidden:
             raise ValueError(f"k={cfg.k} is larger than the latent size h={hidden}")
-        self._fit_normalisation(x)
-        rows, partners, groups = self._training_rows(x, **supervision)
-        module = self._build_module(self._normalise(x), hidden)
-        before = self._measure(module, rows, partners, groups)
-        report = train(module, [rows, partners, groups], cfg, description="csr")
-        self._module = module.cpu().eval()
-        after = self._measure(self._module, rows, partners, groups)
-        self.fit_report = self._report(report.as_dict(), before, after, self._normalise(x))
+        shift, scale = self._normalisation(x)
+        normalise = _Normaliser(cfg.normalize, shift, scale)
+        rows, partners, groups = self._training_rows(normalise, x, **supervision)
+        objective = CSRObjective(self._initial_model(normalise(x), hidden, shift, scale), _loss_settings(cfg))
+        before = self._measure(objective, rows, partners, groups)
+        report = train(objective, [rows, partners, groups], cfg, description="csr")
+        objective = objective.cpu().eval()
+        after = self._measure(objective, rows, partners, groups)
+        self._model = objective.model
+        self.fit_report = self._report(report.as_dict(), before, after, normalise(x))
 
-    def _fit_normalisation(self, x: torch.Tensor) -> None:
+    def _normalisation(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(shift, scale) of the input normalisation: the fit rows' mean and std for ``standardize``."""
         if self.config.normalize == "standardize":
-            self._shift, self._scale = x.mean(dim=0), x.std(dim=0).clamp_min(1e-6)
-        else:
-            self._shift, self._scale = torch.zeros(x.shape[1]), torch.ones(x.shape[1])
+            return x.mean(dim=0), x.std(dim=0).clamp_min(1e-6)
+        return torch.zeros(x.shape[1]), torch.ones(x.shape[1])
 
-    def _normalise(self, x: torch.Tensor) -> torch.Tensor:
-        if self.config.normalize == "l2":
-            return F.normalize(x, dim=1)
-        return (x - self._shift) / self._scale
-
-    def _training_rows(self, x: torch.Tensor, pairs: tuple[torch.Tensor, torch.Tensor] | None = None,
+    def _training_rows(self, normalise: _Normaliser, x: torch.Tensor, pairs: tuple[torch.Tensor, torch.Tensor] | None = None,
                        labels: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Rows to reconstruct, each row's contrastive partner, and a group id (same group = positive)."""
         n = len(x)
         groups = labels.long() if labels is not None else torch.arange(n)
-        rows, partners = [self._normalise(x)], [self._normalise(x)]
+        rows, partners = [normalise(x)], [normalise(x)]
         if pairs is not None:
-            rows.append(self._normalise(pairs[0]))
-            partners.append(self._normalise(pairs[1]))
+            rows.append(normalise(pairs[0]))
+            partners.append(normalise(pairs[1]))
             offset = int(groups.max()) + 1 if n else 0
             groups = torch.cat([groups, offset + torch.arange(len(pairs[0]))])
         return torch.cat(rows), torch.cat(partners), groups
 
-    def _build_module(self, x: torch.Tensor, hidden: int) -> CSRModule:
+    def _initial_model(self, x: torch.Tensor, hidden: int, shift: torch.Tensor, scale: torch.Tensor) -> CSRModel:
         cfg = self.config
         gen = self.generator
         sample = x[torch.randperm(len(x), generator=gen)[:_MEDIAN_ROWS]]
         pre_bias = geometric_median(sample) if cfg.pre_bias_init == "median" else x.mean(dim=0)
         directions = self._initial_directions(x, pre_bias, hidden, gen)
-        settings = LossSettings(
-            k=cfg.k, multi_k_factor=cfg.multi_k_factor, multi_k_coef=cfg.multi_k_coef, k_aux=cfg.k_aux,
-            aux_coef=cfg.aux_coef, dead_steps=cfg.dead_steps, cl_coef=cfg.cl_coef,
-            temperature=cfg.temperature, view_dropout=cfg.view_dropout,
-        )
-        return CSRModule(directions, pre_bias, tied=cfg.decoder == "tied", losses=settings)
+        return CSRModel(directions, pre_bias, tied=cfg.decoder == "tied", normalize=cfg.normalize, shift=shift, scale=scale)
 
     def _initial_directions(self, x: torch.Tensor, pre_bias: torch.Tensor, hidden: int,
                             gen: torch.Generator) -> torch.Tensor:
@@ -147,11 +152,11 @@ class CSRCompressor(Compressor):
         return F.normalize(directions, dim=1)
 
     @torch.no_grad()
-    def _measure(self, module: CSRModule, rows: torch.Tensor, partners: torch.Tensor,
+    def _measure(self, objective: CSRObjective, rows: torch.Tensor, partners: torch.Tensor,
                  groups: torch.Tensor) -> dict[str, float]:
         """Loss components on a fixed sample, in eval mode and with a fixed seed (before vs after)."""
-        device = next(module.parameters()).device
-        module.eval()
+        device = next(objective.parameters()).device
+        objective.eval()
         order = torch.randperm(len(rows), generator=self.generator)[:_EVAL_ROWS]
         sums: dict[str, float] = {}
         batches = 0
@@ -162,7 +167,7 @@ class CSRCompressor(Compressor):
                 if len(idx) < 2:
                     continue
                 batch = [t[idx].to(device) for t in (rows, partners, groups)]
-                total, parts = module.training_loss(batch, 0)
+                total, parts = objective.training_loss(batch, 0)
                 for name, value in {"loss": total, **parts}.items():
                     sums[name] = sums.get(name, 0.0) + float(value)
                 batches += 1
@@ -184,95 +189,191 @@ class CSRCompressor(Compressor):
     @torch.no_grad()
     def _activation_frequency(self, x: torch.Tensor) -> torch.Tensor:
         """Fraction of training rows on which each latent is among the k active ones (value > 0)."""
-        assert self._module is not None
-        counts = torch.zeros(self._module.enc_bias.numel())
+        model = self._fitted_model
+        counts = torch.zeros(model.hidden)
         for block in _blocks(x, counts.numel()):
-            values, indices = self._module.sparse_codes(block, self.config.k)
+            values, indices = model.sparse_codes(block, self.config.k)
             counts += torch.bincount(indices[values > 0], minlength=counts.numel()).float()
         return counts / max(len(x), 1)
 
     # -- encoding and scoring -----------------------------------------------------------------
 
-    def _encode(self, x: torch.Tensor, k: int) -> Codes:
-        encoder = self._onnx_encoder(k)
-        parts = [encoder(block) for block in _blocks(x, self._hidden)]
-        indices = np.concatenate([i.numpy() for i, _ in parts])
-        return SparseCodes(indices, np.concatenate([v.numpy() for _, v in parts]), self._hidden)
-
-    def _onnx_encoder(self, k: int) -> CSREncoder:
-        """The encode path as one module (normalise, matmul, topk, relu), exported to ONNX as is."""
-        assert self._module is not None
-        dtype = torch.float16 if self.config.value_dtype == "float16" else torch.float32
-        return CSREncoder(self._module, k, normalize=self.config.normalize, shift=self._shift,
-                          scale=self._scale, value_dtype=dtype).eval()
-
     @property
-    def _hidden(self) -> int:
-        assert self._module is not None
-        return self._module.enc_bias.numel()
+    def _fitted_model(self) -> CSRModel:
+        assert self._model is not None, "fit first"
+        return self._model
+
+    def _encode(self, x: torch.Tensor, k: int) -> Codes:
+        encoder = self.encoder(k)
+        hidden = self._fitted_model.hidden
+        parts = [encoder(block) for block in _blocks(x, hidden)]
+        indices = np.concatenate([i.numpy() for i, _ in parts])
+        return SparseCodes(indices, np.concatenate([v.numpy() for _, v in parts]), hidden)
+
+    def encoder(self, k: int) -> CSREncoder:
+        """The encode path as one module (normalise, matmul, topk, relu), exported to ONNX as is."""
+        dtype = torch.float16 if self.config.value_dtype == "float16" else torch.float32
+        return CSREncoder(self._fitted_model, k, value_dtype=dtype).eval()
 
     def encode_queries(self, x: Any, k: int | None = None) -> Codes:
-        """Sparse codes (symmetric) or ``[W_dec·(σ⊙q), ⟨q, σ⊙b_pre + μ⟩]`` as dense (h + 1) codes."""
+        """Sparse codes (symmetric) or ``ProjectedQueries`` ``(W_dec (σ ⊙ q), <q, σ ⊙ b_pre + μ>)`` (asymmetric)."""
         if self.config.scoring == "symmetric":
             return self.encode(x, k=k)
         self._require_fitted()
         self.budgets().resolve(k, self.name)
-        q = as_matrix(x, dim=self.dim)
-        assert self._module is not None
+        q = as_matrix(x, name="queries", dim=self.dim)
         with torch.inference_mode():
-            projected = (q * self._scale) @ self._module.decoder.T
-            offset = q @ (self._module.pre_bias * self._scale + self._shift)
-        return DenseCodes(torch.cat([projected, offset[:, None]], dim=1).numpy())
+            projected, offset = self._fitted_model.project_queries(q)
+        return ProjectedQueries(projected.contiguous().numpy(), offset.contiguous().numpy())
 
     def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
-        """Asymmetric ⟨q, x̂_doc⟩ for dense query codes; the sparse dot product otherwise."""
-        if not isinstance(query_codes, DenseCodes) or not isinstance(doc_codes, SparseCodes):
-            return query_codes.similarity(doc_codes)
-        if query_codes.dim != doc_codes.dim + 1:
-            raise ValueError(f"query codes have dim {query_codes.dim}; expected h + 1 = {doc_codes.dim + 1}")
-        dense = query_codes.to_dense()
-        projected, offset = dense[:, :-1], dense[:, -1:]
-        docs = doc_codes.to_csr()
-        return np.asarray((docs @ projected.T).T, dtype=np.float32) + offset
+        """Asymmetric ``⟨q, x̂_doc⟩`` for ``ProjectedQueries``; the sparse dot product for sparse queries."""
+        if not isinstance(doc_codes, SparseCodes):
+            raise TypeError(f"csr scores its own SparseCodes documents; got {type(doc_codes).__name__}")
+        return query_codes.similarity(doc_codes)
 
     def _decode(self, codes: Codes) -> torch.Tensor:
-        assert self._module is not None
-        z = torch.from_numpy(codes.to_dense())
-        return self._module.decode_dense(z) * self._scale + self._shift
+        return self._fitted_model.decode(torch.from_numpy(codes.to_dense()))
 
     # -- state ----------------------------------------------------------------------------------
 
     def _budgets(self) -> Budgets:
-        assert self._module is not None
-        return Budgets(low=1, high=self._module.enc_bias.numel(), default=self.config.k)
+        return Budgets(low=1, high=self._fitted_model.hidden, default=self.config.k)
 
     def _state(self) -> dict[str, torch.Tensor]:
-        assert self._module is not None
-        m = self._module
-        state = {"enc_weight": m.enc_weight, "enc_bias": m.enc_bias, "pre_bias": m.pre_bias,
-                 "shift": self._shift, "scale": self._scale}
-        if m.dec_weight is not None:
-            state["dec_weight"] = m.dec_weight
-        return state
+        return self._fitted_model.state()
 
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
-        weight = tensors["enc_weight"].float()
-        hidden, dim = weight.shape
-        if tensors["enc_bias"].shape != (hidden,) or tensors["pre_bias"].shape != (dim,):
-            raise ValueError(f"csr biases do not match the (h={hidden}, d={dim}) encoder")
         tied = "dec_weight" not in tensors
         if tied != (self.config.decoder == "tied"):
             raise ValueError(f"csr file has {'no' if tied else 'a'} separate decoder but decoder={self.config.decoder!r}")
-        cfg = self.config
-        settings = LossSettings(cfg.k, cfg.multi_k_factor, cfg.multi_k_coef, cfg.k_aux, cfg.aux_coef,
-                                cfg.dead_steps, cfg.cl_coef, cfg.temperature, cfg.view_dropout)
-        module = CSRModule(weight, tensors["pre_bias"], tied=tied, losses=settings)
-        with torch.no_grad():
-            module.enc_bias.copy_(tensors["enc_bias"])
-            if module.dec_weight is not None:
-                module.dec_weight.copy_(tensors["dec_weight"])
-        self._module = module.eval()
-        self._shift, self._scale = tensors["shift"].float(), tensors["scale"].float()
+        self._model = CSRModel.from_state(tensors, normalize=self.config.normalize)
+
+
+class _Normaliser:
+    """The model's input normalisation before a model exists (fit prepares its training rows with it)."""
+
+    def __init__(self, mode: str, shift: torch.Tensor, scale: torch.Tensor) -> None:
+        self.mode, self.shift, self.scale = mode, shift, scale
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(x, dim=1) if self.mode == "l2" else (x - self.shift) / self.scale
+
+
+# -- the objective (fit only) -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """Loss weights and the dead-latent rule (see ``CSRConfig`` for meanings and defaults)."""
+
+    k: int
+    multi_k_factor: int
+    multi_k_coef: float
+    k_aux: int
+    aux_coef: float
+    dead_steps: int
+    cl_coef: float
+    temperature: float
+    view_dropout: float
+
+
+def _loss_settings(cfg: CSRConfig) -> LossSettings:
+    return LossSettings(k=cfg.k, multi_k_factor=cfg.multi_k_factor, multi_k_coef=cfg.multi_k_coef, k_aux=cfg.k_aux,
+                        aux_coef=cfg.aux_coef, dead_steps=cfg.dead_steps, cl_coef=cfg.cl_coef,
+                        temperature=cfg.temperature, view_dropout=cfg.view_dropout)
+
+
+def row_relative_mse(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean over rows of ``‖target − prediction‖² / ‖target‖²`` (OpenAI's normalised MSE)."""
+    error = (target.float() - prediction.float()).pow(2).sum(dim=1)
+    return (error / target.float().pow(2).sum(dim=1).clamp_min(1e-12)).mean()
+
+
+class CSRObjective(nn.Module):
+    """What ``train`` optimises: the model plus L(k) + c·L(m·k) + β·aux-k + γ·NCL, the dead-latent counters
+    and (untied decoders) the unit-norm constraint. Not saved: loading rebuilds only the model."""
+
+    def __init__(self, model: CSRModel, losses: LossSettings) -> None:
+        super().__init__()
+        self.model = model
+        self.losses = losses
+        self.register_buffer("steps_since_fired", torch.zeros(model.hidden, dtype=torch.long))
+
+    def training_loss(self, batch: Sequence[torch.Tensor], step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """L(k) + c·L(m·k) + β·aux-k + γ·NCL for a batch ``(x, partner, group)`` of normalised rows."""
+        x, partner, group = batch
+        s, model = self.losses, self.model
+        pre = model.pre_activations(x)
+        wide = min(s.k * s.multi_k_factor, pre.shape[1])
+        values, indices = torch.topk(pre, wide, dim=1)
+        values = torch.relu(values)
+        x_k = model.decode_sparse(indices[:, : s.k], values[:, : s.k]) + model.pre_bias
+        x_wide = x_k + model.decode_sparse(indices[:, s.k :], values[:, s.k :]) if wide > s.k else x_k
+        parts = {"recon_k": row_relative_mse(x_k, x), "recon_multi_k": row_relative_mse(x_wide, x)}
+        parts["aux"] = self._aux_loss(pre, x - x_k.detach().float())
+        z_k = torch.zeros_like(pre).scatter(1, indices[:, : s.k], values[:, : s.k])
+        parts["contrastive"] = self._contrastive_loss(x, z_k, partner, group)
+        if self.training:
+            self._update_dead(indices[:, : s.k], values[:, : s.k])
+        total = (
+            parts["recon_k"] + s.multi_k_coef * parts["recon_multi_k"]
+            + s.aux_coef * parts["aux"] + s.cl_coef * parts["contrastive"]
+        )
+        parts["dead_fraction"] = self.dead_mask().float().mean()
+        return total, parts
+
+    def dead_mask(self) -> torch.Tensor:
+        """Latents that have not fired for ``dead_steps`` optimisation steps."""
+        return self.steps_since_fired >= self.losses.dead_steps
+
+    def _aux_loss(self, pre: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        dead = self.dead_mask()
+        n_dead = int(dead.sum())
+        if n_dead == 0 or self.losses.aux_coef == 0:
+            return pre.new_zeros((), dtype=torch.float32)
+        dead_ids = dead.nonzero().squeeze(1)
+        values = pre[:, dead_ids]
+        if n_dead > self.losses.k_aux:
+            values, positions = torch.topk(values, self.losses.k_aux, dim=1)
+            indices = dead_ids[positions]
+        else:  # every dead latent takes part: no top-k needed
+            indices = dead_ids.expand(len(pre), -1)
+        return normalized_mse(self.model.decode_sparse(indices, torch.relu(values)), residual)
+
+    def _contrastive_loss(self, x: torch.Tensor, z_k: torch.Tensor, partner: torch.Tensor,
+                          group: torch.Tensor) -> torch.Tensor:
+        """NCL: InfoNCE between the codes of ``x`` and of a view of its partner (same group = positive)."""
+        if self.losses.cl_coef == 0:
+            return z_k.new_zeros((), dtype=torch.float32)
+        positives = group[:, None] == group[None, :]
+        if self.losses.view_dropout == 0 and torch.equal(partner, x):
+            return info_nce(z_k, z_k, self.losses.temperature, positives=positives)  # the identical pass
+        view = F.dropout(partner, p=self.losses.view_dropout, training=True) if self.losses.view_dropout else partner
+        values, indices = torch.topk(self.model.pre_activations(view), self.losses.k, dim=1)
+        keys = torch.zeros_like(z_k).scatter(1, indices, torch.relu(values))
+        return info_nce(z_k, keys, self.losses.temperature, positives=positives)
+
+    @torch.no_grad()
+    def _update_dead(self, indices: torch.Tensor, values: torch.Tensor) -> None:
+        fired = torch.zeros_like(self.steps_since_fired, dtype=torch.bool)
+        fired[indices[values > 0]] = True
+        self.steps_since_fired += 1
+        self.steps_since_fired[fired] = 0
+
+    @torch.no_grad()
+    def before_optimizer_step(self) -> None:
+        """Untied: remove the gradient component parallel to each unit-norm decoder direction."""
+        weight = self.model.dec_weight
+        if weight is None or weight.grad is None:
+            return
+        weight.grad -= (weight.grad * weight).sum(dim=1, keepdim=True) * weight
+
+    @torch.no_grad()
+    def after_optimizer_step(self) -> None:
+        """Untied: put each decoder direction back on the unit sphere."""
+        if self.model.dec_weight is not None:
+            self.model.dec_weight.copy_(F.normalize(self.model.dec_weight, dim=1))
 
 
 def _blocks(x: torch.Tensor, hidden: int) -> list[torch.Tensor]:
@@ -290,5 +391,5 @@ def _summary(frequency: torch.Tensor) -> dict[str, float]:
 
 
 @hookimpl
-def register_compressors(registry) -> None:  # type: ignore[no-untyped-def]
+def register_compressors(registry: CompressorRegistry) -> None:
     registry.add(CSRCompressor)

@@ -8,7 +8,15 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from adaptemb import Budgets, Codes, Compressor, CompressorConfig, QuantizedCodes, hookimpl
+from adaptemb import (
+    Budgets,
+    Codes,
+    Compressor,
+    CompressorConfig,
+    CompressorRegistry,
+    QuantizedCodes,
+    hookimpl,
+)
 
 _LEVELS = 127  # codes lie in [-127, 127], symmetric around each dimension's calibrated centre
 _QUANTILE_SAMPLE_ROWS = 100_000
@@ -29,6 +37,7 @@ class Int8Compressor(Compressor):
     name = "int8"
     Config = Int8Config
     budget_help = "no budget: keeps all d dims at 1 byte each"
+    doc_kind = "int8"
     config: Int8Config
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
@@ -45,10 +54,10 @@ class Int8Compressor(Compressor):
         self._scale = ((high - low) / (2 * _LEVELS)).contiguous()
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
-        (codes,) = self._onnx_encoder(k)(x)
+        (codes,) = self.encoder(k)(x)
         return QuantizedCodes(codes.numpy(), self._scale.numpy(), self._offset.numpy())
 
-    def _onnx_encoder(self, k: int) -> torch.nn.Module:
+    def encoder(self, k: int) -> torch.nn.Module:
         return _Quantise(self._offset, self._scale)
 
     def _decode(self, codes: Codes) -> torch.Tensor:
@@ -84,5 +93,5 @@ class _Quantise(torch.nn.Module):
 
 
 @hookimpl
-def register_compressors(registry) -> None:  # type: ignore[no-untyped-def]
+def register_compressors(registry: CompressorRegistry) -> None:
     registry.add(Int8Compressor)

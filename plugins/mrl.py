@@ -19,6 +19,7 @@ from adaptemb import (
     Budgets,
     Codes,
     Compressor,
+    CompressorRegistry,
     DenseCodes,
     TrainingConfig,
     hookimpl,
@@ -44,6 +45,7 @@ class MRLCompressor(Compressor):
     Config = MRLConfig
     budget_help = "prefix length m, 1 <= m <= d"
     test_params: ClassVar[dict[str, Any]] = {"epochs": 1, "progress": False}
+    doc_kind = "dense"
     config: MRLConfig
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
@@ -58,9 +60,9 @@ class MRLCompressor(Compressor):
             self._adapter = _Prefix(x.shape[1], model.weight.detach().cpu(), model.bias.detach().cpu())
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
-        return DenseCodes(self._onnx_encoder(k)(x)[0].numpy())
+        return DenseCodes(self.encoder(k)(x)[0].numpy())
 
-    def _onnx_encoder(self, k: int) -> torch.nn.Module:
+    def encoder(self, k: int) -> torch.nn.Module:
         if self._adapter is None:
             return _Prefix(k)
         return _Prefix(k, self._adapter.weight[:k], self._adapter.bias)
@@ -130,5 +132,5 @@ class _NestedAdapter(torch.nn.Module):
 
 
 @hookimpl
-def register_compressors(registry) -> None:  # type: ignore[no-untyped-def]
+def register_compressors(registry: CompressorRegistry) -> None:
     registry.add(MRLCompressor)

@@ -5,7 +5,16 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from adaptemb import Budgets, Codes, Compressor, CompressorConfig, DenseCodes, hookimpl, principal_components
+from adaptemb import (
+    Budgets,
+    Codes,
+    Compressor,
+    CompressorConfig,
+    CompressorRegistry,
+    DenseCodes,
+    hookimpl,
+    principal_components,
+)
 
 
 class SVDConfig(CompressorConfig):
@@ -18,6 +27,7 @@ class SVDCompressor(Compressor):
     name = "svd"
     Config = SVDConfig
     budget_help = "rank r, 1 <= r <= components kept (all d by default)"
+    doc_kind = "dense"
     config: SVDConfig
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
@@ -34,7 +44,7 @@ class SVDCompressor(Compressor):
         values = torch.from_numpy(codes.to_dense())
         return values @ self._components[: values.shape[1]] + self._mean
 
-    def _onnx_encoder(self, k: int) -> torch.nn.Module:
+    def encoder(self, k: int) -> torch.nn.Module:
         return _Projection(self._mean, self._components[:k])
 
     def _budgets(self) -> Budgets:
@@ -72,5 +82,5 @@ class _Projection(torch.nn.Module):
 
 
 @hookimpl
-def register_compressors(registry) -> None:  # type: ignore[no-untyped-def]
+def register_compressors(registry: CompressorRegistry) -> None:
     registry.add(SVDCompressor)

@@ -70,5 +70,5 @@ def test_search_returns_best_first_ids_and_scores(x: np.ndarray) -> None:
     scores, ids = comp.search(x[:3], comp.encode(x), top_k=4)
     np.testing.assert_array_equal(ids[:, 0], [0, 1, 2])  # each normalised vector is its own best match
     assert np.all(np.diff(scores, axis=1) <= 0)
-    with pytest.raises(ValueError, match="top_k must be >= 1"):
+    with pytest.raises(ValueError, match="top_k must be an integer >= 1"):
         comp.search(x[:3], comp.encode(x), top_k=0)

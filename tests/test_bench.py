@@ -14,11 +14,8 @@ import torch
 from typer.testing import CliRunner
 
 import adaptemb
-from adaptemb import Budgets, Codes, Compressor, DenseCodes, SparseCodes
-from adaptemb.cli import (
-    app,
-    commands,  # noqa: F401  registers the commands
-)
+from adaptemb import Budgets, Codes, Compressor, DenseCodes, ProjectedQueries, SparseCodes
+from adaptemb.cli import app  # importing the package registers every command
 from adaptemb.datasets import Dataset
 from adaptemb.evaluate.runner import BenchConfig, run_bench
 from adaptemb.registry import CompressorRegistry
@@ -127,10 +124,12 @@ def test_bad_budgets_and_missing_data_are_clear_errors(tmp_path: Path) -> None:
 
 
 class AsymmetricToy(Compressor):
-    """Test method: ReLU-TopK sparse document codes, dense queries in the same h-dim space."""
+    """Test method: ReLU-TopK sparse document codes, dense (projected) queries in the same h-dim space."""
 
     name = "asymtoy"
     budget_help = "active dims"
+    doc_kind = "sparse"
+    query_kind = "projected"
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
         self._w = torch.randn(x.shape[1], 64, generator=self.generator)
@@ -140,7 +139,7 @@ class AsymmetricToy(Compressor):
         return SparseCodes(ids.numpy(), values.numpy(), 64)
 
     def encode_queries(self, x, k=None):  # type: ignore[no-untyped-def]
-        return DenseCodes((torch.from_numpy(np.asarray(x, np.float32)) @ self._w).numpy())
+        return ProjectedQueries((torch.from_numpy(np.asarray(x, np.float32)) @ self._w).numpy())
 
     def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
         return query_codes.to_dense() @ doc_codes.to_dense().T
@@ -156,9 +155,11 @@ class AsymmetricToy(Compressor):
 
 
 class NegatedToy(AsymmetricToy):
-    """Test method: dense codes, but its own score is the negated dot product (no backend knows that)."""
+    """Test method: dense codes, but its own score is the negated dot product (it declares no query kind)."""
 
     name = "negtoy"
+    doc_kind = None
+    query_kind = None
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
         return DenseCodes((x @ self._w[:, :k]).numpy())
@@ -195,9 +196,10 @@ def test_runner_serves_custom_scoring_methods(toy_methods: None) -> None:
     data = _dataset()
     result = run_bench(data, _config(["asymtoy", "negtoy"]))
     rows = {(r["method"], r["k"]): r for r in result.rows}
-    assert rows[("asymtoy", 16)]["backend"] == "scipy-csr"  # dense queries against sparse documents
-    assert rows[("negtoy", 16)]["backend"] == "score-function"  # the index would rank backwards: brute force
-    assert any("negtoy: searched by brute force" in n for n in result.notes)
+    assert rows[("asymtoy", 16)]["backend"] == "numba-rows"  # projected queries against sparse documents
+    assert rows[("negtoy", 16)]["backend"] == "score-function"  # no declared query kind: brute force, named
+    assert any(n.startswith("negtoy:") and "searched by brute force" in n for n in result.notes)
+    assert not any(n.startswith("asymtoy:") for n in result.notes)
     for (method, k), row in rows.items():
         if method == "float32":
             continue

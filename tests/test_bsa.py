@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import adaptemb
-from adaptemb import BinarySparseCodes, DenseCodes, InvalidConfigError
+from adaptemb import BinarySparseCodes, InvalidConfigError, ProjectedQueries
 from adaptemb.testing import clustered_embeddings
 
 FAST = {"h": 64, "k": 8, "epochs": 4, "batch_size": 64, "lr": 1e-2, "progress": False}
@@ -77,17 +77,16 @@ def test_budget_out_of_range_and_bad_sizes(fitted: adaptemb.Compressor, data: np
 
 def test_code_dropout_acts_in_training_only(fitted: adaptemb.Compressor, data: np.ndarray) -> None:
     """Training loss: about half of the code bits dropped; evaluation (early stopping, inference): none."""
-    from adaptemb_plugins.bsa_model import LossWeights
+    from adaptemb_plugins.bsa import BSAObjective, LossWeights
 
-    model = copy.deepcopy(fitted._model)
     x = torch.nn.functional.normalize(torch.from_numpy(data[:256]), dim=1)
     losses = {}
     for p in (0.0, 0.5):
-        model.weights = LossWeights(k=8, code_dropout=p)
+        objective = BSAObjective(copy.deepcopy(fitted._model), LossWeights(k=8, code_dropout=p))
         for training in (True, False):
-            model.train(training)
+            objective.train(training)
             torch.manual_seed(0)
-            losses[p, training] = float(model.training_loss([x], 0)[1]["reconstruction"])
+            losses[p, training] = float(objective.training_loss([x], 0)[1]["reconstruction"])
     assert losses[0.5, False] == losses[0.0, False] == losses[0.0, True]
     assert losses[0.5, True] > losses[0.0, True] + 0.01  # half of every code missing decodes worse
 
@@ -130,7 +129,7 @@ def test_asymmetric_score_is_query_dot_decoded_document(data: np.ndarray) -> Non
     compressor = adaptemb.get_compressor("bsa", **FAST, scoring="asymmetric_dot").fit(data)
     q, docs = data[:7], compressor.encode(data[50:90])
     query_codes = compressor.encode_queries(q)
-    assert isinstance(query_codes, DenseCodes) and query_codes.dim == 64 + 1
+    assert isinstance(query_codes, ProjectedQueries) and query_codes.dim == 64
     state = compressor.state_tensors()
     qn = q / np.linalg.norm(q, axis=1, keepdims=True)
     b, decoder, bias = docs.to_dense(), state["decoder"].numpy(), state["decoder_bias"].numpy()

@@ -7,10 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 import adaptemb
-from adaptemb.cli import (
-    app,
-    commands,  # noqa: F401  registers the commands
-)
+from adaptemb.cli import app  # importing the package registers every command
 
 runner = CliRunner()
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import adaptemb
-from adaptemb import DenseCodes, SparseCodes
+from adaptemb import ProjectedQueries, SparseCodes
 
 SMALL = {"hidden": 64, "k": 4, "epochs": 3, "batch_size": 64, "k_aux": 16, "progress": False}
 
@@ -112,7 +112,7 @@ def test_asymmetric_score_is_query_dot_reconstruction(data, normalize: str, deco
     docs = compressor.encode(x[:20], k=5)
     queries = x[20:23] + 0.1
     query_codes = compressor.encode_queries(queries)
-    assert isinstance(query_codes, DenseCodes) and query_codes.dim == 64 + 1
+    assert isinstance(query_codes, ProjectedQueries) and query_codes.dim == 64
     expected = queries.astype(np.float64) @ compressor.decode(docs).astype(np.float64).T
     np.testing.assert_allclose(compressor.score(query_codes, docs), expected, rtol=1e-4, atol=1e-4)
 

@@ -8,10 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from adaptemb.cli import (
-    app,
-    commands,  # noqa: F401 - registers the command groups
-)
+from adaptemb.cli import app  # importing the package registers every command
 from adaptemb.datasets import load_dataset
 from adaptemb.datasets.fashion_mnist import FASHION_MNIST_DIR, read_fashion_mnist
 

@@ -320,7 +320,8 @@ BAD_FILES = {
         ValueError,
         "outside 0..2",
     ),
-    "typo": ({"corpus": CORPUS, "queries": QUERIES, "golds": np.array([0, 1, 2])}, ValueError, "valid names"),
+    "typo": ({"corpus": CORPUS, "queries": QUERIES, "golds": np.array([0, 1, 2])}, ValueError,
+             "ignored unknown array(s): golds"),
     "labels wrong length": (
         {"corpus": CORPUS, "queries": QUERIES, "gold": np.array([0, 1, 2]), "labels": np.array([0, 1])},
         ValueError,
@@ -329,12 +330,22 @@ BAD_FILES = {
 }
 
 
+@pytest.mark.filterwarnings("ignore:dataset 'bad'")
 @pytest.mark.parametrize("case", list(BAD_FILES))
 def test_malformed_files_say_what_is_wrong(tmp_path: Path, case: str) -> None:
     arrays, error, message = BAD_FILES[case]
     np.savez(tmp_path / "bad.npz", **arrays)
     with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_dataset(tmp_path / "bad.npz")
+
+
+def test_extra_arrays_are_ignored_with_a_note(tmp_path: Path) -> None:
+    names = np.array(["noun.animal", "noun.plant"])
+    np.savez(tmp_path / "extra.npz", corpus=CORPUS, queries=QUERIES, gold=np.array([0, 1, 2]), label_names=names)
+    with pytest.warns(UserWarning, match="ignoring array\\(s\\) label_names"):
+        dataset = load_dataset(tmp_path / "extra.npz")
+    assert dataset.corpus.shape == CORPUS.shape and dataset.qrels.nnz == 3
+    assert dataset.metadata["ignored_arrays"] == "label_names"
 
 
 def test_bad_paths_and_files(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 import adaptemb
-from adaptemb.export import export_onnx
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
@@ -16,16 +15,16 @@ pytest.importorskip("onnxscript")
 def test_a_wrong_encoder_fails_parity_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     x = np.random.default_rng(0).standard_normal((40, 8)).astype(np.float32)
     comp = adaptemb.fit(x, "svd")
-    honest = comp._onnx_encoder
+    honest = comp.encoder
 
     def off_by_one(k: int) -> torch.nn.Module:
         module = honest(k)
         module.mean += 1.0
         return module
 
-    monkeypatch.setattr(comp, "_onnx_encoder", off_by_one)
+    monkeypatch.setattr(comp, "encoder", off_by_one)
     with pytest.raises(ValueError, match="does not match encode"):
-        export_onnx(comp, tmp_path / "bad.onnx", sample=x)
+        comp.export_onnx(tmp_path / "bad.onnx", sample=x)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -1,4 +1,5 @@
-"""Every index backend returns the brute-force top-k of ``codes.similarity`` + ``adaptemb.ranking.top_k``."""
+"""Every index backend returns the brute-force top-k of ``codes.similarity`` + ``adaptemb.ranking.top_k``;
+backends are found through the index registry; indexes save and load."""
 
 from __future__ import annotations
 
@@ -7,22 +8,31 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from adaptemb.codes import BinaryCodes, Codes, DenseCodes, QuantizedCodes, SparseCodes
+import adaptemb
+from adaptemb.codes import (
+    BinaryCodes,
+    BinarySparseCodes,
+    Codes,
+    DenseCodes,
+    ProjectedQueries,
+    QuantizedCodes,
+    SparseCodes,
+)
+from adaptemb.devices import resolve_device
 from adaptemb.index import (
-    AsymmetricIndex,
     BinaryIndex,
     DenseIndex,
     FunnelIndex,
+    Index,
     Int8Index,
     ScoreIndex,
     SparseIndex,
-    build_index,
     rerank,
-    resolve_device,
     threshold_top_k,
 )
-from adaptemb.index.postings import BLOCK_ROWS, BlockedPostings
+from adaptemb.index.postings import BLOCK_ROWS, MIN_DOCS_PER_TASK, BlockedPostings, ForwardCodes
 from adaptemb.ranking import top_k
+from adaptemb.registry import build_index
 
 N, Q, D, H, K = 700, 23, 24, 96, 6
 gpu = pytest.mark.gpu
@@ -49,11 +59,25 @@ def _int8(rng: np.random.Generator, n: int, scale: np.ndarray, offset: np.ndarra
     return QuantizedCodes(rng.integers(-127, 128, (n, D)).astype(np.int8), scale, offset)
 
 
+def _binary_sparse(rng: np.random.Generator, n: int) -> BinarySparseCodes:
+    mask = rng.random((n, H)) < 0.08
+    mask[0] = False  # an empty row: cosine 0 by definition
+    return BinarySparseCodes.from_mask(mask)
+
+
+def _projected(rng: np.random.Generator, n: int) -> ProjectedQueries:
+    return ProjectedQueries(rng.normal(size=(n, H)).astype(np.float32), rng.normal(size=n).astype(np.float32))
+
+
 def _pairs() -> dict[str, tuple[Codes, Codes]]:
     rng = _rng()
     scale, offset = rng.random(D).astype(np.float32) / 50, rng.normal(size=D).astype(np.float32) / 10
     bits = lambda n: BinaryCodes.from_signs(rng.normal(size=(n, 37)))
     return {
+        "projected_sparse": (_projected(rng, Q), _sparse(rng, N)),
+        "projected_ragged": (_projected(rng, Q), _sparse(rng, N, ragged=True)),
+        "projected_binary_sparse": (_projected(rng, Q), _binary_sparse(rng, N)),
+        "binary_sparse": (_binary_sparse(rng, Q), _binary_sparse(rng, N)),
         "dense": (DenseCodes(rng.normal(size=(Q, D)).astype(np.float32)), DenseCodes(rng.normal(size=(N, D)).astype(np.float32))),
         "dense16": (DenseCodes(rng.normal(size=(Q, D)).astype(np.float16)), DenseCodes(rng.normal(size=(N, D)).astype(np.float16))),
         "sparse": (_sparse(rng, Q), _sparse(rng, N)),
@@ -89,6 +113,16 @@ CASES = [
     ("binary", BinaryIndex, {"backend": "torch"}, False),
     ("int8", Int8Index, {}, True),
     ("int8", Int8Index, {"backend": "torch"}, True),
+    ("projected_sparse", SparseIndex, {}, True),
+    ("projected_sparse", SparseIndex, {"backend": "numba", "threads": 1}, True),
+    ("projected_sparse", SparseIndex, {"backend": "scipy"}, True),
+    ("projected_sparse", SparseIndex, {"backend": "torch"}, True),
+    ("projected_ragged", SparseIndex, {}, True),
+    ("projected_binary_sparse", SparseIndex, {}, True),
+    ("projected_binary_sparse", SparseIndex, {"backend": "scipy"}, True),
+    ("binary_sparse", SparseIndex, {}, False),  # integer overlap counts tie often
+    ("binary_sparse", SparseIndex, {"backend": "scipy"}, False),
+    ("binary_sparse", SparseIndex, {"backend": "torch"}, False),
 ]
 
 
@@ -100,14 +134,37 @@ def test_backend_matches_similarity(name: str, cls: type, options: dict, exact_i
     assert_matches_brute_force(index.search(queries, k), queries.similarity(docs), k, exact_ids)
 
 
-@pytest.mark.parametrize("options", [{}, {"backend": "torch"}])
-def test_asymmetric_dense_queries_against_sparse_docs(options: dict) -> None:
+@pytest.mark.parametrize("backend", ["numba", "scipy", "torch"])
+def test_document_weights_and_cosine_metric(backend: str) -> None:
+    """``doc_scale`` multiplies every document's score; cosine divides overlaps by sqrt(|A| |B|)."""
     rng = _rng()
-    docs = _sparse(rng, N)
-    queries = DenseCodes(rng.normal(size=(Q, H)).astype(np.float32))
-    scores = queries.values @ docs.to_dense().T
-    got = AsymmetricIndex(docs, device="cpu", query_batch=5, **options).search(queries, 10)
-    assert_matches_brute_force(got, scores, 10, exact_ids=True)
+    queries, docs = _pairs()["projected_sparse"]
+    weights = rng.random(N).astype(np.float32) + 0.5
+    index = SparseIndex(docs, backend=backend, doc_scale=weights, query_batch=9)
+    assert_matches_brute_force(index.search(queries, 10), queries.similarity(docs) * weights, 10, exact_ids=True)
+    bits_q, bits_d = _pairs()["binary_sparse"]
+    cosine = SparseIndex(bits_d, backend=backend, metric="cosine")
+    assert_matches_brute_force(cosine.search(bits_q, 10), bits_q.similarity(bits_d, metric="cosine"), 10, exact_ids=False)
+
+
+def test_projected_kernel_splits_documents_across_threads_for_few_queries() -> None:
+    """One query block but two threads: the documents go in two ranges whose top-k lists are merged."""
+    rng = np.random.default_rng(4)
+    docs, queries = _sparse(rng, 2 * MIN_DOCS_PER_TASK + 7), _projected(rng, 3)
+    for threads in (1, 2):
+        index = SparseIndex(docs, threads=threads, query_kind="projected")
+        assert_matches_brute_force(index.search(queries, 25), queries.similarity(docs), 25, exact_ids=True)
+
+
+def test_projected_layout_keeps_wide_code_spaces() -> None:
+    """More than 65,536 code dimensions: the row layout switches to 32-bit indices."""
+    rng = np.random.default_rng(6)
+    idx = rng.integers(0, 70_000, size=(300, 4))
+    idx[:, 1:] = idx[:, :1] + np.arange(1, 4) * 7  # distinct per row
+    docs = SparseCodes(idx, rng.random((300, 4)).astype(np.float32), 70_100)
+    queries = ProjectedQueries(rng.normal(size=(5, 70_100)).astype(np.float32))
+    assert ForwardCodes.from_csr(docs.to_csr()).indices.dtype == np.uint32
+    assert_matches_brute_force(SparseIndex(docs).search(queries, 10), queries.similarity(docs), 10, exact_ids=True)
 
 
 def test_sparse_index_large_enough_for_the_threshold_path() -> None:
@@ -133,22 +190,30 @@ def test_top_k_is_capped_at_the_index_size() -> None:
     assert ids.shape == (Q, 4)
 
 
-def test_factory_picks_the_backend_from_the_code_kinds() -> None:
+def test_registry_picks_the_backend_from_the_code_kinds() -> None:
     pairs = _pairs()
     assert isinstance(build_index(pairs["dense"][1], device="cpu"), DenseIndex)
     assert isinstance(build_index(pairs["sparse"][1], device="cpu"), SparseIndex)
     assert isinstance(build_index(pairs["binary"][1], device="cpu"), BinaryIndex)
     assert isinstance(build_index(pairs["int8"][1], device="cpu"), Int8Index)
-    assert isinstance(build_index(pairs["sparse"][1], query_kind="dense", device="cpu"), AsymmetricIndex)
-    with pytest.raises(ValueError, match="no index backend for binary queries against dense"):
+    assert isinstance(build_index(pairs["binary_sparse"][1], device="cpu"), SparseIndex)
+    projected = build_index(pairs["sparse"][1], query_kind="projected", device="cpu")
+    assert isinstance(projected, SparseIndex) and projected.backend == "numba-rows"
+    with pytest.raises(ValueError, match="no index backend for binary queries against dense documents; served: "):
         build_index(pairs["dense"][1], query_kind="binary")
+    infos = {info.name: info for info in adaptemb.get_index_registry().infos()}
+    assert infos["sparse-postings"].source.package == "adaptemb"
 
 
 def test_wrong_query_kind_and_device_are_clear_errors() -> None:
     pairs = _pairs()
     index = DenseIndex(pairs["dense"][1])
-    with pytest.raises(TypeError, match="takes dense query codes"):
+    with pytest.raises(TypeError, match="takes dense query codes for dense documents; got sparse"):
         index.search(pairs["sparse"][0])
+    with pytest.raises(ValueError, match="serves sparse or projected queries for sparse documents"):
+        SparseIndex(pairs["sparse"][1], query_kind="dense")
+    with pytest.raises(ValueError, match="top_k must be an integer >= 1"):
+        index.search(pairs["dense"][0], 0)
     with pytest.raises(ValueError, match="unknown device"):
         resolve_device("tpu")
     if not torch.cuda.is_available():
@@ -211,30 +276,54 @@ def test_backend_on_cuda(name: str, cls: type, options: dict, exact_ids: bool) -
     assert_matches_brute_force(index.search(queries, 10), queries.similarity(docs), 10, exact_ids=False)
 
 
-@gpu
-@needs_cuda
-def test_asymmetric_on_cuda() -> None:
-    rng = _rng()
-    docs = _sparse(rng, N)
-    queries = DenseCodes(rng.normal(size=(Q, H)).astype(np.float32))
-    got = AsymmetricIndex(docs, device="cuda").search(queries, 10)
-    assert_matches_brute_force(got, queries.values @ docs.to_dense().T, 10, exact_ids=False)
-
-
 def test_sparse_postings_layout() -> None:
     docs = SparseCodes(np.array([[0, 2], [2, 1]]), np.array([[1.0, 2.0], [3.0, 4.0]], np.float32), 3)
-    postings = SparseIndex(docs, backend="scipy")._postings
-    assert isinstance(postings, sp.csr_matrix) and postings.shape == (3, 2)
-    assert postings[2].indices.tolist() == [0, 1]  # dimension 2 is active in docs 0 and 1
+    lists = SparseIndex(docs, backend="scipy")._lists
+    assert isinstance(lists, sp.csr_matrix) and lists.shape == (3, 2)
+    assert lists[2].indices.tolist() == [0, 1]  # dimension 2 is active in docs 0 and 1
 
 
 def test_blocked_postings_layout() -> None:
     docs = SparseCodes(np.array([[0, 2], [2, 1]]), np.array([[1.0, 2.0], [3.0, 4.0]], np.float32), 3)
-    blocked = BlockedPostings.from_csr(docs.to_csr())
+    blocked = BlockedPostings.from_csr(docs.to_csr(), np.array([1.0, 0.5], np.float32))
     assert blocked.indptr.tolist() == [0, 1, 2, 4]  # one block: dims 0, 1, 2
     assert blocked.ids.tolist() == [0, 1, 0, 1] and blocked.ids.dtype == np.uint16
     assert blocked.values.tolist() == [1.0, 4.0, 2.0, 3.0]
-    assert blocked.nbytes == 4 * 8 + 4 * 2 + 4 * 4
+    assert blocked.scale.tolist() == [1.0, 0.5]
+    assert blocked.nbytes == 4 * 8 + 4 * 2 + 4 * 4 + 2 * 4
+    two_blocks = BlockedPostings.from_csr(docs.to_csr(), block_rows=1)
+    assert two_blocks.indptr.tolist() == [0, 1, 1, 2, 2, 3, 4]  # block 0: dims 0..2, then block 1
+    assert two_blocks.ids.tolist() == [0, 0, 0, 0]
+
+
+def test_index_backends_register_like_compressors(fresh_plugins: None) -> None:
+    """A third-party plugin ships a backend for its own code kind; a clashing pair names both plugins."""
+
+    class Reversed(Index):
+        name = "reversed-dense"
+        pairs = (("reversed", "dense"),)
+
+        def _search_batch(self, queries: Codes, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+            return top_k(-(queries.to_dense() @ self.docs.to_dense().T), top_k)
+
+    @adaptemb.hookimpl
+    def register_index_backends(registry: adaptemb.IndexRegistry) -> None:
+        registry.add(Reversed)
+
+    adaptemb.register_plugin(type("P", (), {"register_index_backends": staticmethod(register_index_backends)}), name="rev")
+    assert adaptemb.get_index_registry().for_kinds("reversed", "dense") is Reversed
+
+    class Clash(Reversed):
+        name = "clash"
+        pairs = (("dense", "dense"),)
+
+    @adaptemb.hookimpl
+    def register_clash(registry: adaptemb.IndexRegistry) -> None:
+        registry.add(Clash)
+
+    adaptemb.register_plugin(type("C", (), {"register_index_backends": staticmethod(register_clash)}), name="clash")
+    with pytest.raises(adaptemb.DuplicateIndexError, match="DenseIndex .*clashes with .*Clash .*plugin 'clash'|Clash .*plugin 'clash'.*clashes with DenseIndex"):
+        adaptemb.get_index_registry()
 
 
 def test_numba_engine_is_the_cpu_default_and_ranks_like_scipy_across_blocks() -> None:
@@ -269,5 +358,7 @@ def test_unknown_sparse_backend_lists_the_valid_ones() -> None:
     docs = _sparse(_rng(), 10)
     with pytest.raises(ValueError, match="use one of auto, numba, scipy, torch"):
         SparseIndex(docs, backend="mkl")
-    with pytest.raises(ValueError, match="use one of auto, scipy, torch"):
-        AsymmetricIndex(docs, backend="numba")
+    with pytest.raises(ValueError, match="metric='cosine' is defined for binary_sparse codes"):
+        SparseIndex(docs, metric="cosine")
+    with pytest.raises(ValueError, match="doc_scale must be 10 finite numbers"):
+        SparseIndex(docs, doc_scale=np.ones(3))

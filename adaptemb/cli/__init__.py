@@ -1,20 +1,18 @@
-"""The ``adaptemb`` command line. Each command group lives in its own module."""
+"""The ``adaptemb`` command line. Each command group lives in its own module and registers itself on
+``adaptemb.cli.app.app``; importing this package registers them all."""
 
 from __future__ import annotations
 
-import typer
-
-app = typer.Typer(
-    name="adaptemb",
-    help="Compress frozen embeddings: fit once, encode at any budget, and benchmark the methods.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+from adaptemb.cli import (
+    bench,  # noqa: F401  bench
+    datasets,  # noqa: F401  datasets list, build, info
+    models,  # noqa: F401  plugins, fit, compress, export, info
 )
+from adaptemb.cli.app import app
+
+__all__ = ["app", "main"]
 
 
 def main() -> None:
     """Console-script entry point."""
-    from adaptemb.cli import commands  # noqa: F401 - registers the commands on `app`
-
     app()

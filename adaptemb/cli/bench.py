@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-from adaptemb.cli import app
+from adaptemb.cli.app import app
 from adaptemb.cli.errors import friendly_errors
 
 DEFAULT_BUDGETS = "16,32,64,128"
@@ -86,7 +87,9 @@ def bench_command(
                          method_params=method_params(param or []), fit_progress=not quiet)
     progress = (lambda msg: console.print(f"[dim]… {msg}[/dim]"))
     progress(f"loading dataset {data}")
-    dataset = load_dataset(data, seed=seed, progress=not quiet)
+    with warnings.catch_warnings():  # ignored extra arrays become a note of the report instead
+        warnings.simplefilter("ignore", UserWarning)
+        dataset = load_dataset(data, seed=seed, progress=not quiet)
     result = run_bench(dataset, config, progress=progress)
     if scale:
         result.scale, sweep_s = timed(lambda: scale_sweep(parse_ints(scale_sizes, "--scale-sizes"), device=device,

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from adaptemb.cli import app
+from adaptemb.cli.app import app
 from adaptemb.cli.errors import friendly_errors
 
 datasets_app = typer.Typer(

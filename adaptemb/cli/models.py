@@ -12,7 +12,7 @@ from rich.table import Table
 
 from adaptemb.api import fit as fit_compressor
 from adaptemb.api import list_compressors, load
-from adaptemb.cli import app
+from adaptemb.cli.app import app
 from adaptemb.cli.errors import friendly_errors
 from adaptemb.data import load_embeddings
 from adaptemb.serialization import save_codes

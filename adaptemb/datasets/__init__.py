@@ -12,11 +12,12 @@ from adaptemb.datasets.builtin import (
 from adaptemb.datasets.formats import (
     dataset_arrays,
     dataset_from_arrays,
-    exact_top_k,
     holdout_split,
-    load_dataset,
+    read_dataset,
     save_dataset,
 )
+from adaptemb.datasets.loading import load_dataset
+from adaptemb.ranking import exact_top_k
 
 __all__ = [
     "BUILTIN_DATASETS",
@@ -31,5 +32,6 @@ __all__ = [
     "is_available",
     "load_builtin",
     "load_dataset",
+    "read_dataset",
     "save_dataset",
 ]

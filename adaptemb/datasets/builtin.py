@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adaptemb.datasets.base import Dataset
+from adaptemb.datasets.formats import read_dataset, save_dataset
 from adaptemb.errors import did_you_mean
 
 DEFAULT_DATASET_FILE = Path(__file__).parent / "data" / "wordnet-default.npz"
@@ -68,14 +69,12 @@ def is_available(name: str) -> bool:
 
 def load_builtin(name: str, *, progress: bool = True) -> Dataset:
     """Load built-in dataset ``name``, building it into the cache first when needed."""
-    from adaptemb.datasets.formats import load_dataset
-
     path = builtin_path(name)
     if not path.is_file():
         if _get(name).builder == "default":
             raise FileNotFoundError(f"the packaged default dataset {path} is missing; reinstall adaptemb")
         build_builtin(_get(name).builder, progress=progress)
-    dataset = load_dataset(path)
+    dataset = read_dataset(path)
     dataset.name = name
     return dataset
 
@@ -97,8 +96,6 @@ def build_builtin(
     ``image_size`` and ``weights`` (a local weights file for a ``timm:``/``open_clip:`` model) apply to
     fashion-mnist only.
     """
-    from adaptemb.datasets.formats import save_dataset
-
     if builder not in BUILDERS:
         raise ValueError(
             f"unknown dataset builder {builder!r}{did_you_mean(builder, BUILDERS)}; valid: {', '.join(BUILDERS)}"

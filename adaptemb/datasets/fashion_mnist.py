@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from adaptemb.datasets.base import Dataset
-from adaptemb.datasets.formats import exact_top_k
+from adaptemb.ranking import exact_top_k
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 CLASSES = (

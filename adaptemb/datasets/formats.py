@@ -27,6 +27,7 @@ plus any other name above as ``NAME.npy`` (ids also as ``NAME.txt``, one per lin
 from __future__ import annotations
 
 import json
+import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,6 +39,7 @@ import scipy.sparse as sp
 from adaptemb.data import load_embeddings
 from adaptemb.datasets.base import Dataset
 from adaptemb.errors import CorruptFileError
+from adaptemb.ranking import exact_top_k
 from adaptemb.serialization import atomic_write
 
 DATASET_FORMAT = "adaptemb.dataset"
@@ -57,29 +59,20 @@ _PARQUET_ID_COLUMNS = {
 }
 
 
-def load_dataset(
-    source: str | Path, *, name: str | None = None, seed: int = 0, progress: bool = True
-) -> Dataset:
-    """Load a dataset from a file, a folder or a built-in name (built on first use).
+def read_dataset(path: str | Path, *, name: str | None = None, seed: int = 0) -> Dataset:
+    """Read a dataset file or folder (``adaptemb.datasets.load_dataset`` also takes built-in names).
 
-    ``seed`` picks the held-out queries of a corpus-only source (format (c)); ``progress`` shows
-    the progress bar of a built-in dataset's first build.
+    ``seed`` picks the held-out queries of a corpus-only source (format (c)).
     """
-    path = Path(source).expanduser()
-    if path.exists():
-        arrays, header = read_folder(path) if path.is_dir() else read_file(path)
-        title = name or header.get("name") or (path.stem if path.is_file() else path.name)
-        dataset = dataset_from_arrays(arrays, name=title, seed=seed)
-        dataset.description = str(header.get("description", dataset.description))
-        dataset.metadata = {**dataset.metadata, **header.get("metadata", {}), "path": str(path)}
-        return dataset
-    from adaptemb.datasets.builtin import BUILTIN_DATASETS, load_builtin, unknown_dataset_message
-
-    if str(source) in BUILTIN_DATASETS:
-        dataset = load_builtin(str(source), progress=progress)
-        dataset.name = name or dataset.name
-        return dataset
-    raise FileNotFoundError(unknown_dataset_message(str(source)))
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"no dataset file or folder {str(path)!r}")
+    arrays, header = read_folder(path) if path.is_dir() else read_file(path)
+    title = name or header.get("name") or (path.stem if path.is_file() else path.name)
+    dataset = dataset_from_arrays(arrays, name=title, seed=seed)
+    dataset.description = str(header.get("description", dataset.description))
+    dataset.metadata = {**dataset.metadata, **header.get("metadata", {}), "path": str(path)}
+    return dataset
 
 
 def save_dataset(dataset: Dataset, path: str | Path) -> Path:
@@ -202,11 +195,13 @@ def read_qrels_tsv(path: Path) -> dict[str, np.ndarray]:
 
 def dataset_from_arrays(arrays: Mapping[str, np.ndarray], *, name: str, seed: int = 0) -> Dataset:
     """Validate named arrays (see the module docstring) and build the Dataset they describe."""
-    unknown = sorted(set(arrays) - set(ARRAY_NAMES))
-    if unknown:
-        raise ValueError(
-            f"dataset {name!r}: unknown array(s) {', '.join(unknown)}; valid names: {', '.join(ARRAY_NAMES)}"
+    ignored = sorted(set(arrays) - set(ARRAY_NAMES))
+    if ignored:
+        warnings.warn(
+            f"dataset {name!r}: ignoring array(s) {', '.join(ignored)} (not dataset arrays; the valid names are "
+            f"{', '.join(ARRAY_NAMES)})", UserWarning, stacklevel=2,
         )
+        arrays = {key: value for key, value in arrays.items() if key in ARRAY_NAMES}
     if "corpus" not in arrays:
         raise ValueError(
             f"dataset {name!r}: missing array 'corpus' (n, d); it has: {', '.join(arrays) or 'nothing'}"
@@ -219,9 +214,15 @@ def dataset_from_arrays(arrays: Mapping[str, np.ndarray], *, name: str, seed: in
             raise ValueError(f"dataset {name!r}: {', '.join(extra)} given without 'queries' (q, d)")
         return holdout_dataset(corpus, name=name, labels=labels, seed=seed)
     queries = as_embeddings(arrays["queries"], "queries", dim=corpus.shape[1])
-    qrels = _relevance(arrays, len(queries), len(corpus))
+    try:
+        qrels = _relevance(arrays, len(queries), len(corpus))
+    except ValueError as err:
+        if not ignored:
+            raise
+        raise ValueError(f"{err} (ignored unknown array(s): {', '.join(ignored)})") from None
     query_labels = _labels(arrays.get("query_labels"), len(queries), "query_labels")
-    return Dataset(name, corpus, queries, qrels, labels=labels, query_labels=query_labels)
+    metadata = {"ignored_arrays": ", ".join(ignored)} if ignored else {}
+    return Dataset(name, corpus, queries, qrels, labels=labels, query_labels=query_labels, metadata=metadata)
 
 
 def as_embeddings(array: np.ndarray, what: str, dim: int | None = None) -> np.ndarray:
@@ -260,34 +261,6 @@ def holdout_split(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         )
     order = np.random.default_rng(seed).permutation(n)
     return np.sort(order[:n_queries]), np.sort(order[n_queries:])
-
-
-def exact_top_k(queries: np.ndarray, corpus: np.ndarray, k: int, chunk: int = 16384) -> np.ndarray:
-    """(q, k) corpus rows with the largest inner product per query, best first (ties: lower row first)."""
-    k = min(k, len(corpus))
-    best_scores = np.zeros((len(queries), 0), dtype=np.float32)
-    best_rows = np.zeros((len(queries), 0), dtype=np.int64)
-    for start in range(0, len(corpus), chunk):
-        scores = queries @ corpus[start : start + chunk].T
-        rows = np.broadcast_to(np.arange(start, start + scores.shape[1]), scores.shape)
-        scores, rows = _best_k(scores, rows, k)
-        best_scores, best_rows = _best_k(
-            np.concatenate([best_scores, scores], axis=1), np.concatenate([best_rows, rows], axis=1), k
-        )
-    return best_rows
-
-
-def _best_k(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` best (score, row) pairs of each line, sorted; every tie at the cut is considered."""
-    k = min(k, scores.shape[1])
-    kth = np.partition(scores, scores.shape[1] - k, axis=1)[:, scores.shape[1] - k]
-    line, col = np.nonzero(scores >= kth[:, None])
-    score, row = scores[line, col], rows[line, col]
-    order = np.lexsort((row, -score, line))
-    line, score, row = line[order], score[order], row[order]
-    rank = np.arange(len(line)) - np.searchsorted(line, line)
-    keep = rank < k
-    return score[keep].reshape(-1, k), row[keep].reshape(-1, k)
 
 
 def holdout_dataset(

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from adaptemb.codes import Codes, DenseCodes, SparseCodes
+from adaptemb.registry import build_index
 
 DEFAULT_BATCH = 512
 
@@ -145,8 +146,6 @@ def scale_sweep(
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Dense (``dense_dim`` float32) vs sparse (``active`` of ``sparse_dim``) search latency per database size."""
-    from adaptemb.index import build_index
-
     rows = []
     for n in sizes:
         for kind in ("dense", "sparse"):

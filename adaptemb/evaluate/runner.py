@@ -2,10 +2,11 @@
 
 Per method: fit once on the corpus (one fit serves every budget of an adaptive method; a method whose
 fitted budget range is a single ``k`` but which has a ``k`` parameter is refitted per budget), then
-per budget: encode corpus and queries, search through ``adaptemb.index`` (checked against the method's
-own ``score``; the generic ``ScoreIndex`` is used when no backend fits), compute the metrics, read the
-storage from the codes, and time the search with the latency protocol. Plus a full-precision reference
-row and, with ``rerank``, funnel rows (shortlist with the codes, rerank with float32 or int8 vectors).
+per budget: encode corpus and queries, build the method's own index (``Compressor.index``: the backend
+registered for its query and document kinds; a method no backend serves is searched by brute force
+through its ``score`` and named in the notes), compute the metrics, read the storage from the codes, and
+time the search with the latency protocol. Plus a full-precision reference row and, with ``rerank``,
+funnel rows (shortlist with the codes, rerank with float32 or int8 vectors).
 """
 
 from __future__ import annotations
@@ -30,13 +31,12 @@ from adaptemb.evaluate.metrics import (
     neighbour_recall_at_k,
     one_nn_accuracy,
 )
-from adaptemb.index import FunnelIndex, ScoreIndex, build_index
-from adaptemb.ranking import top_k
-from adaptemb.registry import get_registry
+from adaptemb.index import FunnelIndex
+from adaptemb.index.bound import CompressedIndex
+from adaptemb.registry import build_index, get_registry
 
 Row = dict[str, Any]
 REFERENCE = "float32"
-_CHECK_QUERIES = 8
 
 
 @dataclass
@@ -107,6 +107,8 @@ def run_bench(data: Dataset, config: BenchConfig, progress: Callable[[str], None
         raise ValueError("depth must be >= 10 and shortlist >= 1")
     start = time.perf_counter()
     ctx = _prepare(data, config, progress or (lambda _msg: None))
+    if data.metadata.get("ignored_arrays"):
+        ctx.notes.append(f"dataset: ignored array(s) {data.metadata['ignored_arrays']} (not dataset arrays)")
     rows = [_reference_row(ctx)]
     for name in config.methods:
         rows.extend(_bench_method(name, ctx))
@@ -145,13 +147,13 @@ def _dataset_info(data: Dataset) -> dict[str, Any]:
 def _reference_row(ctx: _Context) -> Row:
     ctx.progress(f"{REFERENCE}: exact search on the full-precision embeddings")
     docs, queries = DenseCodes(ctx.corpus), DenseCodes(ctx.queries)
-    index = build_index(docs, device=ctx.device)
+    index, build_s = timed(lambda: build_index(docs, device=ctx.device, query_batch=ctx.config.batch_size))
     _, ids = index.search(queries, ctx.config.depth)
     ctx.exact_ids = ids[:, :10]
     loo = DenseCodes(ctx.corpus[ctx.loo_rows]) if ctx.loo_rows is not None else None
     row = _measure(ctx, index, queries, ids, docs, loo)
     return {"method": REFERENCE, "k": None, "variant": "reference", **row, "fit_s": 0.0, "encode_vectors_per_s": None,
-            "note": "exact inner product on the float32 embeddings"}
+            "index_build_s": build_s, "note": "exact inner product on the float32 embeddings"}
 
 
 def _bench_method(name: str, ctx: _Context) -> list[Row]:
@@ -202,13 +204,20 @@ def _refit(name: str, params: dict[str, Any], k: int, ctx: _Context) -> tuple[An
 
 def _bench_budget(compressor: Compressor, k: int | None, fit_s: float, ctx: _Context) -> list[Row]:
     doc_codes, encode_s = timed(lambda: compressor.encode(ctx.corpus, k=k))
-    query_codes = compressor.encode_queries(ctx.queries, k=k)
-    index = _index_for(compressor, query_codes, doc_codes, ctx)
+    index, build_s = timed(lambda: compressor.index(doc_codes, device=ctx.device, k=k, query_batch=ctx.config.batch_size))
+    if index.brute_force:
+        kinds = "declares no query code kind" if compressor.query_kind is None else (
+            f"no index backend serves {compressor.query_kind} queries against {doc_codes.kind} documents")
+        ctx.notes.append(f"{compressor.name}: {kinds}; searched by brute force through score()")
+    # an index with a rerank stage needs the float queries; every other one is timed on query codes
+    query_codes = ctx.queries if index.second_stage is not None else index.encode_queries(ctx.queries)
     _, ids = index.search(query_codes, ctx.config.depth)
-    loo = compressor.encode_queries(ctx.corpus[ctx.loo_rows], k=k) if ctx.loo_rows is not None else None
+    loo = None
+    if ctx.loo_rows is not None:
+        loo = ctx.corpus[ctx.loo_rows] if index.second_stage is not None else index.encode_queries(ctx.corpus[ctx.loo_rows])
     base = {
         "method": compressor.name, "k": k, "fit_s": fit_s, "encode_vectors_per_s": len(ctx.corpus) / max(encode_s, 1e-9),
-        "fit_report": _jsonable(compressor.fit_report),
+        "index_build_s": build_s, "fit_report": _jsonable(compressor.fit_report),
     }
     rows = [{**base, "variant": "codes", **_measure(ctx, index, query_codes, ids, doc_codes, loo), "note": ""}]
     if ctx.config.rerank:
@@ -216,23 +225,7 @@ def _bench_budget(compressor: Compressor, k: int | None, fit_s: float, ctx: _Con
     return rows
 
 
-def _index_for(compressor: Compressor, queries: Codes, docs: Codes, ctx: _Context) -> Any:
-    """The specialised backend when one exists and agrees with ``compressor.score``; else ``ScoreIndex``."""
-    check = queries[np.arange(min(_CHECK_QUERIES, len(queries)))]
-    want, _ = top_k(np.asarray(compressor.score(check, docs), dtype=np.float32), min(10, len(docs)))
-    try:
-        index = build_index(docs, query_kind=queries.kind, device=ctx.device)
-        got, _ = index.search(check, min(10, len(docs)))
-        if np.allclose(got, want, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(want).max()))):
-            return index
-        reason = "its scores differ from the method's own score()"
-    except (ValueError, TypeError) as err:
-        reason = str(err)
-    ctx.notes.append(f"{compressor.name}: searched by brute force through score() ({reason})")
-    return ScoreIndex(docs, compressor.score, query_batch=ctx.config.batch_size)
-
-
-def _measure(ctx: _Context, index: Any, queries: Codes, ids: np.ndarray, docs: Codes, loo: Codes | None) -> Row:
+def _measure(ctx: _Context, index: Any, queries: Codes | np.ndarray, ids: np.ndarray, docs: Codes, loo: Any) -> Row:
     metrics = evaluate_ranking(ids, ctx.data.qrels).as_dict()
     latency = time_search(index.search, queries, batch_size=ctx.config.batch_size, warmup=ctx.config.warmup,
                           rounds=ctx.config.rounds)
@@ -241,7 +234,7 @@ def _measure(ctx: _Context, index: Any, queries: Codes, ids: np.ndarray, docs: C
         **metrics,
         "neighbour_recall_at_10": float(np.mean(neighbour_recall_at_k(ids, ctx.exact_ids, 10))) if len(ctx.exact_ids) else 1.0,
         "one_nn_accuracy": _one_nn(ctx, index, ids, loo),
-        "code_kind": docs.kind, "query_kind": queries.kind, "code_dim": docs.dim,
+        "code_kind": docs.kind, "query_kind": getattr(queries, "kind", "float32"), "code_dim": docs.dim,
         "active_dims": float(np.mean(docs.active_counts())),
         "bytes_per_vector": docs.bytes_per_vector, "compression_ratio": 4.0 * dim / docs.bytes_per_vector,
         "backend": getattr(index, "backend", type(index).__name__), "device": ctx.device,
@@ -263,7 +256,8 @@ def _one_nn(ctx: _Context, index: Any, ids: np.ndarray, loo: Codes | None) -> fl
 # -- funnel rows ----------------------------------------------------------------------------------
 
 
-def _rerank_rows(compressor: Compressor, index: Any, queries: Codes, docs: Codes, base: Row, ctx: _Context) -> list[Row]:
+def _rerank_rows(compressor: Compressor, index: CompressedIndex, queries: Codes, docs: Codes, base: Row,
+                 ctx: _Context) -> list[Row]:
     rows = []
     for store_name in ctx.config.rerank_stores:
         if store_name == compressor.name:

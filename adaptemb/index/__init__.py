@@ -1,20 +1,20 @@
-"""Search backends over codes: dense, sparse, binary, int8, asymmetric, and funnel (shortlist + rerank).
+"""Search backends over codes: dense, sparse (posting lists), binary, int8; funnel (shortlist + rerank);
+brute force through a score function as the fallback.
 
-``build_index(doc_codes, query_kind=..., device=...)`` picks the backend from the code kinds; every
-index answers ``search(query_codes, top_k) -> (scores, ids)``, exact and batched over queries.
+``Compressor.index(doc_codes)`` is the way in: it picks the backend registered for the compressor's
+(query kind, document kind) and returns a ``CompressedIndex`` that takes raw query embeddings or query
+codes. ``adaptemb.build_index(doc_codes, query_kind=...)`` builds a backend from the code kinds alone.
+Every index answers ``search(queries, top_k) -> (scores, ids)``, exact and batched over queries.
 """
 
-from adaptemb.devices import resolve_device
 from adaptemb.index.base import Index, SearchResult, threshold_top_k
+from adaptemb.index.brute import ScoreIndex
 from adaptemb.index.dense import DenseIndex, faiss_gpu_available
-from adaptemb.index.factory import BACKENDS, ScoreIndex, build_index
 from adaptemb.index.funnel import FunnelIndex, rerank
 from adaptemb.index.quantized import BinaryIndex, Int8Index
-from adaptemb.index.sparse import AsymmetricIndex, SparseIndex
+from adaptemb.index.sparse import SparseIndex
 
 __all__ = [
-    "BACKENDS",
-    "AsymmetricIndex",
     "BinaryIndex",
     "DenseIndex",
     "FunnelIndex",
@@ -23,9 +23,7 @@ __all__ = [
     "ScoreIndex",
     "SearchResult",
     "SparseIndex",
-    "build_index",
     "faiss_gpu_available",
     "rerank",
-    "resolve_device",
     "threshold_top_k",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -20,7 +20,6 @@ SCORE_BUFFER_BYTES = 256 * 2**20
 """Upper bound on the float32 score buffer one query block may hold (memory-bounded search)."""
 
 
-
 def rows_per_block(row_bytes: int, cap: int) -> int:
     """How many rows of ``row_bytes`` fit in ``SCORE_BUFFER_BYTES`` (at least 1, at most ``cap``)."""
     return int(max(1, min(cap, SCORE_BUFFER_BYTES // max(row_bytes, 1))))
@@ -29,23 +28,35 @@ def rows_per_block(row_bytes: int, cap: int) -> int:
 class Index(ABC):
     """Exact search of query codes against document codes, batched over queries.
 
-    Subclasses implement ``_search_batch`` for one batch of at most ``query_batch`` queries.
+    A backend declares ``name`` (how saved indexes refer to it) and ``pairs``: the (query kind,
+    document kind) pairs it serves. Backends are registered with ``registry.add_index(Backend)`` from
+    a plugin's ``register_index_backends`` hook; ``Compressor.index`` looks them up by kind pair.
+    Subclasses implement ``_search_batch`` for one batch of at most ``query_batch`` queries; options
+    they take must be JSON values or numpy arrays (``options()`` / ``arrays()``, what ``save`` writes).
     """
 
-    query_kind: ClassVar[str]
-    doc_kind: ClassVar[str]
+    name: ClassVar[str]
+    pairs: ClassVar[tuple[tuple[str, str], ...]]
 
-    def __init__(self, docs: Codes, *, device: str = "cpu", query_batch: int = 512) -> None:
-        if docs.kind != self.doc_kind:
-            raise TypeError(f"{type(self).__name__} indexes {self.doc_kind} codes; got {docs.kind}")
+    def __init__(self, docs: Codes, *, device: str = "cpu", query_batch: int = 512, query_kind: str | None = None) -> None:
+        if not any(docs.kind == doc_kind for _, doc_kind in self.pairs):
+            served = ", ".join(sorted({d for _, d in self.pairs}))
+            raise TypeError(f"{type(self).__name__} indexes {served} codes; got {docs.kind}")
         if len(docs) == 0:
             raise ValueError("cannot index zero documents")
         if query_batch < 1:
             raise ValueError(f"query_batch must be >= 1; got {query_batch}")
         self.device = str(resolve_device(device))
         self.dim = docs.dim
+        self.doc_kind = docs.kind
         self.query_batch = query_batch
+        self.docs = docs
         self._n = len(docs)
+        if query_kind is not None and query_kind not in self.query_kinds:
+            raise ValueError(f"{type(self).__name__} serves {' or '.join(self.query_kinds)} queries for {docs.kind} documents; "
+                             f"got query_kind={query_kind!r}")
+        self.query_kind = query_kind
+        """The query kind the index was built for (a backend may prepare for it), or None."""
 
     def __len__(self) -> int:
         return self._n
@@ -55,15 +66,33 @@ class Index(ABC):
         """A short name of the engine that answers searches, e.g. ``"faiss-cpu"``."""
         return "numpy"
 
+    @property
+    def query_kinds(self) -> tuple[str, ...]:
+        """The query code kinds this index accepts for its documents."""
+        return tuple(q for q, d in self.pairs if d == self.doc_kind)
+
+    def options(self) -> dict[str, Any]:
+        """JSON-ready construction options (besides the documents) that ``save`` records."""
+        return {}
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Array options (for example per-document weights) that ``save`` records."""
+        return {}
+
     def search(self, queries: Codes, top_k: int = 10) -> SearchResult:
         """The ``top_k`` best documents for each query (``top_k`` is capped at the index size)."""
-        if queries.kind != self.query_kind:
-            raise TypeError(f"{type(self).__name__} takes {self.query_kind} query codes; got {queries.kind}")
+        if queries.kind not in self.query_kinds:
+            raise TypeError(
+                f"{type(self).__name__} takes {' or '.join(self.query_kinds)} query codes for {self.doc_kind} "
+                f"documents; got {queries.kind}"
+            )
         if queries.dim != self.dim:
             raise ValueError(f"query code dim {queries.dim} != document code dim {self.dim}")
-        if top_k < 1:
-            raise ValueError(f"top_k must be >= 1; got {top_k}")
-        top_k = min(top_k, self._n)
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+            raise ValueError(f"top_k must be an integer >= 1; got {top_k!r}")
+        top_k = min(int(top_k), self._n)
+        if len(queries) == 0:
+            return np.zeros((0, top_k), np.float32), np.zeros((0, top_k), np.int64)
         parts = [self._search_batch(queries[s : s + self.query_batch], top_k) for s in range(0, len(queries), self.query_batch)]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import faiss
 import numpy as np
@@ -29,8 +29,8 @@ class DenseIndex(Index):
     ``"torch"``.
     """
 
-    query_kind = "dense"
-    doc_kind = "dense"
+    name = "dense-flat"
+    pairs = (("dense", "dense"),)
 
     def __init__(
         self,
@@ -39,10 +39,12 @@ class DenseIndex(Index):
         device: str = "cpu",
         query_batch: int = 512,
         backend: Literal["auto", "faiss", "torch"] = "auto",
+        query_kind: str | None = None,
     ) -> None:
-        super().__init__(docs, device=device, query_batch=query_batch)
+        super().__init__(docs, device=device, query_batch=query_batch, query_kind=query_kind)
         assert isinstance(docs, DenseCodes)
         self._engine = self._choose(backend)
+        self._requested = backend
         values = dense_matrix(docs.values)
         if self._engine == "torch":
             dtype = torch.float16 if docs.values.dtype == np.float16 else torch.float32
@@ -68,6 +70,9 @@ class DenseIndex(Index):
     @property
     def backend(self) -> str:
         return self._engine
+
+    def options(self) -> dict[str, Any]:
+        return {"backend": self._requested}
 
     def _search_batch(self, queries: Codes, top_k: int) -> SearchResult:
         assert isinstance(queries, DenseCodes)

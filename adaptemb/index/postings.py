@@ -1,17 +1,29 @@
-"""Blocked posting lists and a compiled (numba) sparse·sparse top-k kernel for CPU search.
+"""The compiled (numba) CPU kernels of ``SparseIndex``, and the two document layouts they read.
 
-Layout. Documents are cut into blocks of ``BLOCK_ROWS`` rows; inside a block, one posting list per
-dimension holds the block-local ids (uint16) and values (float32) of the documents with that dimension
-active. A query with ``k`` active dimensions visits its ``k`` lists in every block, scatter-adds into a
-block-sized score buffer (256 KiB, so it stays in the core's L2 cache), then scans the buffer once to
-keep a running exact top-k and clear it. Queries are spread over numba's threads (``threads`` caps them).
+* ``BlockedPostings`` + ``search_sparse``: sparse queries (the symmetric case). Documents are cut into
+  blocks of ``BLOCK_ROWS`` rows; inside a block, one posting list per dimension holds the block-local ids
+  (uint16) and values of the documents with that dimension active. A query with ``k`` active dimensions
+  visits only its ``k`` lists in every block, scatter-adds into a block-sized score buffer (256 KiB, so it
+  stays in L2), then scans the buffer once into a running exact top-k (and clears it).
+* ``ForwardCodes`` + ``search_projected``: dense queries over the code dimensions (``ProjectedQueries``,
+  the asymmetric case). Such a query has a weight for every dimension, so every posting list would be
+  read in full anyway; the kernel reads the same entries document by document instead and scores
+  ``QUERY_BLOCK`` queries at once, their accumulators held in vector registers: per stored entry it loads
+  one row of the query block's weights and does one fused multiply-add per query, and no accumulator
+  goes through memory. That is ``nnz(docs) * n_queries`` multiply-adds in all, against
+  ``n_docs * d * n_queries`` for dense float search (measured in ``benchmarks/index_layouts.py``:
+  register accumulators are 2-3x faster than posting-list accumulators kept in the L2 cache).
 
-Ties go to the lower document id, as everywhere in ``adaptemb.index``. Scores of documents that share
-no dimension with the query are 0 and compete like any other score, so results are exact for values
-of any sign.
+Every document may carry a weight (``scale``) that multiplies its score: cosine over binary codes, or a
+method's per-document normalisation. Ties go to the lower document id, as everywhere in
+``adaptemb.index``; documents that share no dimension with a query compete like any other, so results are
+exact for values of any sign. Work is spread over numba's threads (``threads`` caps them).
 
-numba is used (rather than scipy alone) because the scatter-add and the top-k must run in one pass over
-cache-resident memory to beat dense BLAS search; ``scipy.sparse`` has no fused kernel for that.
+numba is used (rather than scipy alone) because the products and the top-k must run in one pass over
+cache- or register-resident data to beat dense BLAS search; ``scipy.sparse`` has no fused kernel for that.
+The projected kernel's body is generated (``QUERY_BLOCK`` scalar accumulators, which LLVM's SLP vectoriser
+packs into vector registers; numba keeps SLP off by default, so it is switched on for this one compile,
+and the tests check the kernel against scipy).
 """
 
 from __future__ import annotations
@@ -22,16 +34,29 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-BLOCK_ROWS = 65536  # block-local ids fit uint16; a float32 score buffer of a block is 256 KiB
+BLOCK_ROWS = 65536
+"""Documents per block: block-local ids fit uint16, and a sparse query's score buffer (256 KiB) stays in L2."""
+QUERY_BLOCK = 64
+"""Projected queries scored together (64 float32 accumulators: four 512-bit registers, compiled in)."""
+MIN_DOCS_PER_TASK = 16384
+"""A query block's documents are split across threads only into ranges of at least this many."""
 
 
 def numba_available() -> bool:
-    """Whether the compiled kernel can be used (numba importable)."""
+    """Whether the compiled kernels can be used (numba importable)."""
     try:
         import numba  # noqa: F401
     except ImportError:
         return False
     return True
+
+
+def document_weights(n: int, scale: np.ndarray | None) -> np.ndarray:
+    """``scale`` as n float32 weights (ones when None), or ``ValueError`` naming the expected shape."""
+    weights = np.ones(n, np.float32) if scale is None else np.ascontiguousarray(scale, dtype=np.float32)
+    if weights.shape != (n,):
+        raise ValueError(f"doc_scale must have shape ({n},); got {weights.shape}")
+    return weights
 
 
 @dataclass(frozen=True)
@@ -41,62 +66,233 @@ class BlockedPostings:
     indptr: np.ndarray  # (n_blocks * dim + 1,) int64
     ids: np.ndarray  # (nnz,) uint16, block-local document ids, ascending within a list
     values: np.ndarray  # (nnz,) float32
+    scale: np.ndarray  # (n,) float32, each document's score weight (ones when unweighted)
+    n: int
+    dim: int
+    block_rows: int
+
+    @classmethod
+    def from_csr(cls, docs: sp.csr_matrix, scale: np.ndarray | None = None, block_rows: int = BLOCK_ROWS) -> BlockedPostings:
+        """Build from a (n, dim) CSR matrix of document codes: one counting-sort transpose of the whole matrix."""
+        if not 1 <= block_rows <= 65536:
+            raise ValueError(f"block_rows must lie in 1..65536 (uint16 local ids); got {block_rows}")
+        docs = sp.csr_matrix(docs)
+        n, dim = docs.shape
+        weights = document_weights(n, scale)
+        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(docs.indptr))
+        lists = (rows // block_rows) * dim + docs.indices.astype(np.int64)
+        n_lists = ((n + block_rows - 1) // block_rows) * dim
+        # COO -> CSR is a counting sort that keeps the input order inside a row: ids stay ascending per list
+        table = sp.coo_matrix((docs.data.astype(np.float32), (lists, rows % block_rows)), shape=(n_lists, block_rows)).tocsr()
+        return cls(table.indptr.astype(np.int64), table.indices.astype(np.uint16), table.data, weights, n, dim, block_rows)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.indptr.nbytes + self.ids.nbytes + self.values.nbytes + self.scale.nbytes)
+
+
+@dataclass(frozen=True)
+class ForwardCodes:
+    """Document codes row by row (CSR): row ``i`` holds ``indices/values[indptr[i]:indptr[i+1]]``."""
+
+    indptr: np.ndarray  # (n + 1,) int64
+    indices: np.ndarray  # (nnz,) uint16 when dim <= 65536, else uint32
+    values: np.ndarray  # (nnz,) float32
+    scale: np.ndarray  # (n,) float32
     n: int
     dim: int
 
     @classmethod
-    def from_csr(cls, docs: sp.csr_matrix) -> BlockedPostings:
-        """Build from a (n, dim) CSR matrix of document codes, one scipy transpose per block."""
+    def from_csr(cls, docs: sp.csr_matrix, scale: np.ndarray | None = None) -> ForwardCodes:
+        docs = sp.csr_matrix(docs)
         n, dim = docs.shape
-        indptrs, ids, values, total = [np.zeros(1, np.int64)], [], [], 0
-        for start in range(0, n, BLOCK_ROWS):
-            block = docs[start : start + BLOCK_ROWS].T.tocsr()  # (dim, rows): counting-sort transpose
-            indptrs.append(block.indptr[1:].astype(np.int64) + total)
-            ids.append(block.indices.astype(np.uint16))
-            values.append(block.data.astype(np.float32))
-            total += block.nnz
-        return cls(np.concatenate(indptrs), np.concatenate(ids), np.concatenate(values), n, dim)
+        index_type = np.uint16 if dim <= 65536 else np.uint32
+        return cls(docs.indptr.astype(np.int64), docs.indices.astype(index_type), docs.data.astype(np.float32),
+                   document_weights(n, scale), n, dim)
 
     @property
     def nbytes(self) -> int:
-        return int(self.indptr.nbytes + self.ids.nbytes + self.values.nbytes)
+        return int(self.indptr.nbytes + self.indices.nbytes + self.values.nbytes + self.scale.nbytes)
 
 
-def search_postings(
+def search_sparse(
     postings: BlockedPostings, queries: sp.csr_matrix, top_k: int, *, threads: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-``top_k`` (scores, ids), best first, of CSR ``queries`` (b, dim) by dot product."""
-    if not 1 <= top_k <= postings.n:
-        raise ValueError(f"top_k must be between 1 and {postings.n}; got {top_k}")
-    kernel = _kernel()
+    """Exact top-``top_k`` (scores, ids), best first, of CSR ``queries`` (b, dim) by weighted dot product."""
+    _check_top_k(postings.n, top_k)
     b = queries.shape[0]
     scores = np.empty((b, top_k), np.float32)
     ids = np.empty((b, top_k), np.int64)
-    q_indptr = queries.indptr.astype(np.int64)
-    q_indices = queries.indices.astype(np.int64)
-    q_values = queries.data.astype(np.float32)
-    parts = max(1, min(threads or os.cpu_count() or 1, b))
-    kernel(q_indptr, q_indices, q_values, parts, postings.indptr, postings.ids, postings.values, postings.n,
-           postings.dim, BLOCK_ROWS, top_k, scores, ids)
+    parts = max(1, min(_threads(threads), b))
+    _sparse_kernel()(queries.indptr.astype(np.int64), queries.indices.astype(np.int64), queries.data.astype(np.float32),
+                     parts, postings.indptr, postings.ids, postings.values, postings.scale, postings.n, postings.dim,
+                     postings.block_rows, top_k, scores, ids)
     return scores, ids
 
 
-_KERNEL = None
+def search_projected(
+    docs: ForwardCodes, values: np.ndarray, offset: np.ndarray, top_k: int, *, threads: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``top_k`` of ``(<values[q], doc> + offset[q]) * scale[doc]`` for dense (b, dim) ``values``.
+
+    Queries go in blocks of ``QUERY_BLOCK`` (the last one padded); when there are fewer blocks than threads,
+    each block's documents are split into ranges and the ranges' top-k lists are merged here.
+    """
+    _check_top_k(docs.n, top_k)
+    b = values.shape[0]
+    n_blocks = -(-b // QUERY_BLOCK)
+    padded = np.zeros((n_blocks * QUERY_BLOCK, docs.dim), np.float32)
+    padded[:b] = values
+    weights = np.ascontiguousarray(padded.reshape(n_blocks, QUERY_BLOCK, docs.dim).transpose(0, 2, 1))
+    offsets = np.zeros(n_blocks * QUERY_BLOCK, np.float32)
+    offsets[:b] = offset
+    workers = _threads(threads)
+    ranges = max(1, min(-(-workers // n_blocks), docs.n // MIN_DOCS_PER_TASK))
+    bounds = np.linspace(0, docs.n, ranges + 1).astype(np.int64)
+    scores = np.empty((ranges, n_blocks * QUERY_BLOCK, top_k), np.float32)
+    ids = np.empty((ranges, n_blocks * QUERY_BLOCK, top_k), np.int64)
+    _projected_kernel()(weights, offsets.reshape(n_blocks, QUERY_BLOCK), bounds, min(workers, n_blocks * ranges),
+                        docs.indptr, docs.indices, docs.values, docs.scale, top_k, scores, ids)
+    if ranges == 1:
+        return scores[0, :b], ids[0, :b]
+    return merge_ranges(scores[:, :b], ids[:, :b], top_k)
 
 
-def _kernel():
-    """The compiled kernel: compiled on first use, then cached on disk by numba."""
-    global _KERNEL
-    if _KERNEL is None:
+def merge_ranges(scores: np.ndarray, ids: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Merge (ranges, b, k) per-range top-k lists into one (b, top_k): score descending, then id ascending."""
+    all_scores, all_ids = np.concatenate(list(scores), axis=1), np.concatenate(list(ids), axis=1)
+    order = np.lexsort((all_ids, -all_scores), axis=1)[:, :top_k]
+    return np.take_along_axis(all_scores, order, axis=1), np.take_along_axis(all_ids, order, axis=1)
+
+
+def _check_top_k(n: int, top_k: int) -> None:
+    if not 1 <= top_k <= n:
+        raise ValueError(f"top_k must be between 1 and {n}; got {top_k}")
+
+
+def _threads(threads: int | None) -> int:
+    if threads is not None:
+        return max(1, int(threads))
+    import numba
+
+    return max(1, min(numba.get_num_threads(), os.cpu_count() or 1))
+
+
+_SPARSE_KERNEL = None
+_PROJECTED_KERNEL = None
+
+
+def _sparse_kernel():
+    """The compiled sparse kernel (compiled on first use, then cached on disk by numba)."""
+    global _SPARSE_KERNEL
+    if _SPARSE_KERNEL is None:
         import numba
 
-        _KERNEL = numba.njit(parallel=True, cache=True)(_make_top_k_kernel(numba.prange))
-    return _KERNEL
+        _SPARSE_KERNEL = numba.njit(parallel=True, cache=True)(_make_sparse_kernel(numba.prange))
+    return _SPARSE_KERNEL
 
 
-def _make_top_k_kernel(prange):
-    def top_k_kernel(q_indptr, q_indices, q_values, parts, p_indptr, p_ids, p_values, n, dim, block_rows, k,
-                     out_scores, out_ids):
+def _projected_kernel():
+    """The compiled projected kernel: generated source compiled with SLP vectorisation on (see the module
+    docstring) and FMA contraction, then cached on disk by numba (keyed by this file, which holds the template)."""
+    global _PROJECTED_KERNEL
+    if _PROJECTED_KERNEL is None:
+        import numba
+        from numba.core import config
+        from numba.core.compiler_lock import global_compiler_lock
+
+        namespace = {"np": np, "numba": numba, "__name__": __name__}
+        exec(compile(projected_kernel_source(QUERY_BLOCK), __file__, "exec"), namespace)  # noqa: S102 - our own template
+        kernel = numba.njit(parallel=True, cache=True, fastmath={"contract"})(namespace["projected_kernel"])
+        with global_compiler_lock:
+            saved, config.SLP_VECTORIZE = config.SLP_VECTORIZE, 1
+            try:
+                _compile_now(kernel)
+            finally:
+                config.SLP_VECTORIZE = saved
+        _PROJECTED_KERNEL = kernel
+    return _PROJECTED_KERNEL
+
+
+def _compile_now(kernel) -> None:
+    """Compile (or load from the cache) the projected kernel for both index widths, on tiny inputs."""
+    weights, offsets = np.zeros((1, 2, QUERY_BLOCK), np.float32), np.zeros((1, QUERY_BLOCK), np.float32)
+    out_s, out_i = np.empty((1, QUERY_BLOCK, 1), np.float32), np.empty((1, QUERY_BLOCK, 1), np.int64)
+    for index_type in (np.uint16, np.uint32):
+        kernel(weights, offsets, np.array([0, 1]), 1, np.array([0, 1]), np.zeros(1, index_type), np.ones(1, np.float32),
+               np.ones(1, np.float32), 1, out_s, out_i)
+
+
+_PROJECTED_TEMPLATE = """
+def projected_kernel(weights, offsets, bounds, parts, d_indptr, d_indices, d_values, d_scale, k, out_scores, out_ids):
+    # tasks (query block, document range) dealt round-robin to `parts` workers; a running top-k per query
+    # (best_s / best_i, weakest entry `worst`), started at (-inf, id n) so real documents displace those first
+    n_qblocks = weights.shape[0]
+    n_ranges = len(bounds) - 1
+    for part in numba.prange(parts):
+        scores = np.empty(QB, np.float32)
+        best_s = np.empty((QB, k), np.float32)
+        best_i = np.empty((QB, k), np.int64)
+        worst = np.zeros(QB, np.int64)
+        threshold = np.empty(QB, np.float32)
+        for task in range(part, n_qblocks * n_ranges, parts):
+            b = task // n_ranges
+            r = task % n_ranges
+            w = weights[b]
+            off = offsets[b]
+            best_s[:] = -np.inf
+            best_i[:] = bounds[-1]
+            worst[:] = 0
+            threshold[:] = -np.inf
+            for d in range(bounds[r], bounds[r + 1]):
+{init}
+                e = np.uint64(d_indptr[d])
+                end = np.uint64(d_indptr[d + 1])
+                while e < end:
+                    row = w[np.uint64(d_indices[e])]
+                    v = d_values[e]
+{update}
+                    e += np.uint64(1)
+                scale = d_scale[d]
+{store}
+                hit = False
+                for t in range(QB):
+                    hit |= scores[t] > threshold[t]
+                if not hit:
+                    continue
+                for t in range(QB):
+                    if scores[t] > threshold[t]:  # ids ascend: an equal score never displaces a lower id
+                        best_s[t, worst[t]] = scores[t]
+                        best_i[t, worst[t]] = d
+                        lo = 0  # the next to displace: the lowest score, then the highest id
+                        for u in range(1, k):
+                            if best_s[t, u] < best_s[t, lo] or (best_s[t, u] == best_s[t, lo] and best_i[t, u] > best_i[t, lo]):
+                                lo = u
+                        worst[t] = lo
+                        threshold[t] = best_s[t, lo]
+            for t in range(QB):
+                q = b * QB + t
+                by_id = np.argsort(best_i[t])
+                by_score = np.argsort(-best_s[t][by_id], kind="mergesort")  # stable: equal scores keep id order
+                for u in range(k):
+                    out_scores[r, q, u] = best_s[t, by_id[by_score[u]]]
+                    out_ids[r, q, u] = best_i[t, by_id[by_score[u]]]
+"""
+
+
+def projected_kernel_source(qb: int) -> str:
+    """The projected kernel's source with ``qb`` scalar accumulators ``a0 .. a{qb-1}`` written out."""
+    pad = " " * 16
+    return _PROJECTED_TEMPLATE.replace("QB", str(qb)).format(
+        init="\n".join(f"{pad}a{t} = np.float32(0.0)" for t in range(qb)),
+        update="\n".join(f"{pad}    a{t} += v * row[{t}]" for t in range(qb)),
+        store="\n".join(f"{pad}scores[{t}] = (a{t} + off[{t}]) * scale" for t in range(qb)),
+    )
+
+
+def _make_sparse_kernel(prange):
+    def sparse_kernel(q_indptr, q_indices, q_values, parts, p_indptr, p_ids, p_values, p_scale, n, dim, block_rows,
+                      k, out_scores, out_ids):
         """Queries dealt round-robin to ``parts`` parallel workers, each with its own buffers.
 
         Per query and document block: scatter-add the query's lists into ``acc``, then scan ``acc`` (clearing
@@ -119,10 +315,10 @@ def _make_top_k_kernel(prange):
                         w = q_values[e]
                         for p in range(p_indptr[base + j], p_indptr[base + j + 1]):
                             acc[p_ids[p]] += w * p_values[p]
-                    rows = min(block_rows, n - block * block_rows)
                     offset = block * block_rows
+                    rows = min(block_rows, n - offset)
                     for d in range(rows):
-                        s = acc[d]
+                        s = acc[d] * p_scale[offset + d]
                         if size < k:
                             best_s[size] = s
                             best_i[size] = offset + d
@@ -148,4 +344,4 @@ def _make_top_k_kernel(prange):
                     out_scores[q, u] = best_s[by_id[by_score[u]]]
                     out_ids[q, u] = best_i[by_id[by_score[u]]]
 
-    return top_k_kernel
+    return sparse_kernel

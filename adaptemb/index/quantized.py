@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import faiss
 import numpy as np
@@ -31,13 +31,15 @@ class BinaryIndex(Index):
     no distance). CUDA: bits unpacked to ±1 per block of documents and scored by a half-precision matmul.
     """
 
-    query_kind = "binary"
-    doc_kind = "binary"
+    name = "binary-hamming"
+    pairs = (("binary", "binary"),)
 
-    def __init__(self, docs: Codes, *, device: str = "cpu", query_batch: int = 512, backend: Backend = "auto") -> None:
-        super().__init__(docs, device=device, query_batch=query_batch)
+    def __init__(self, docs: Codes, *, device: str = "cpu", query_batch: int = 512, backend: Backend = "auto",
+                 query_kind: str | None = None) -> None:
+        super().__init__(docs, device=device, query_batch=query_batch, query_kind=query_kind)
         assert isinstance(docs, BinaryCodes)
         self._engine = _engine(self.device, backend, "faiss")
+        self._requested = backend
         if self._engine == "torch":
             self._packed = torch.from_numpy(docs.packed).to(self.device)
         else:
@@ -48,6 +50,9 @@ class BinaryIndex(Index):
     @property
     def backend(self) -> str:
         return "torch" if self._engine == "torch" else "faiss-binary"
+
+    def options(self) -> dict[str, Any]:
+        return {"backend": self._requested}
 
     def _signs(self, packed: torch.Tensor) -> torch.Tensor:
         bits = (packed.unsqueeze(-1) & _BITS.to(packed.device)).ne(0).reshape(len(packed), -1)[:, : self.dim]
@@ -72,19 +77,24 @@ class Int8Index(Index):
     CUDA). The ranking equals ``QuantizedCodes.similarity`` up to float rounding.
     """
 
-    query_kind = "int8"
-    doc_kind = "int8"
+    name = "int8-flat"
+    pairs = (("int8", "int8"),)
 
-    def __init__(self, docs: Codes, *, device: str = "cpu", query_batch: int = 512, backend: Backend = "auto") -> None:
-        super().__init__(docs, device=device, query_batch=query_batch)
+    def __init__(self, docs: Codes, *, device: str = "cpu", query_batch: int = 512, backend: Backend = "auto",
+                 query_kind: str | None = None) -> None:
+        super().__init__(docs, device=device, query_batch=query_batch, query_kind=query_kind)
         assert isinstance(docs, QuantizedCodes)
         self._engine = _engine(self.device, backend, "numpy")
+        self._requested = backend
         self._scale, self._offset = docs.scale, docs.offset
         self._codes = docs.codes if self._engine == "numpy" else torch.from_numpy(docs.codes).to(self.device)
 
     @property
     def backend(self) -> str:
         return "torch" if self._engine == "torch" else "numpy-blas"
+
+    def options(self) -> dict[str, Any]:
+        return {"backend": self._requested}
 
     def _search_batch(self, queries: Codes, top_k: int) -> SearchResult:
         assert isinstance(queries, QuantizedCodes)

@@ -1,34 +1,42 @@
-"""Sparse search: posting lists + scipy on CPU, torch sparse CSR on CUDA; and dense-query-vs-sparse-doc.
+"""Search over sparse document codes (``sparse`` and ``binary_sparse``) through posting lists.
 
-CPU layout. The documents are stored transposed, as posting lists: per dimension, the documents with
-that dimension active, in increasing id order. A query with ``k`` active dimensions touches only its
-``k`` posting lists and scatter-adds ``k · nnz/dim`` products into a score buffer, instead of the
-``n · dim`` multiply-adds of dense search. Two CPU engines: ``numba`` (default when numba is
-installed: blocked lists, a compiled fused scatter + top-k kernel, queries over threads, see
-``adaptemb.index.postings``) and ``scipy`` (one (dim, n) CSR matrix; per query a row slice and a CSC
-mat-vec, then ``threshold_top_k``). Both are exact and rank identically.
+One index serves every query kind that scores such documents:
+
+* sparse queries of the same kind (the symmetric case: a sparse dot product, the CSR paper's protocol;
+  for binary codes the overlap count ``|A ∩ B|`` or, with ``metric="cosine"``, ``|A ∩ B| / sqrt(|A| |B|)``);
+* ``ProjectedQueries`` (the asymmetric case: a dense query over the code dimensions plus an offset,
+  ``<values, z> + offset``, e.g. a query projected through a method's decoder).
+
+Scores may be multiplied by a per-document weight ``doc_scale`` computed once at build time (a method's
+normalisation, such as ``1 / |decode(z)|``). Engines: ``numba`` (CPU default: compiled fused kernels over
+blocked posting lists for sparse queries and over the documents' rows for projected queries, see
+``adaptemb.index.postings``), ``scipy`` (CPU, no compiler needed) and ``torch`` (sparse CSR products; the
+default on CUDA). All are exact. The numba layouts are built for the query kind the index is made for
+(``query_kind``, which ``Compressor.index`` passes), or on the first search of a kind.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
-from adaptemb.codes import Codes, DenseCodes, SparseCodes
-from adaptemb.index.base import (
-    Index,
-    SearchResult,
-    rows_per_block,
-    threshold_top_k,
-    torch_top_k,
+from adaptemb.codes import BinarySparseCodes, Codes, ProjectedQueries, SparseCodes
+from adaptemb.index.base import Index, SearchResult, rows_per_block, threshold_top_k, torch_top_k
+from adaptemb.index.postings import (
+    BlockedPostings,
+    ForwardCodes,
+    numba_available,
+    search_projected,
+    search_sparse,
 )
-from adaptemb.index.postings import BlockedPostings, numba_available, search_postings
 
 SparseBackend = Literal["auto", "numba", "scipy", "torch"]
+ENGINES = ("auto", "numba", "scipy", "torch")
+METRICS = ("dot", "cosine")
 
 
 def torch_csr(matrix: sp.csr_matrix, device: str) -> torch.Tensor:
@@ -45,123 +53,177 @@ def torch_csr(matrix: sp.csr_matrix, device: str) -> torch.Tensor:
         )
 
 
-class _SparseDocs(Index):
-    """Shared set-up: documents as posting lists (scipy) or as a torch sparse CSR matrix."""
+def code_matrix(codes: Codes) -> sp.csr_matrix:
+    """The float32 CSR matrix of sparse or binary-sparse codes (binary entries are 1.0)."""
+    if not isinstance(codes, (SparseCodes, BinarySparseCodes)):
+        raise TypeError(f"expected sparse or binary_sparse codes; got {codes.kind}")
+    return codes.to_csr()
 
-    doc_kind = "sparse"
-    engines: ClassVar[tuple[str, ...]] = ("auto", "scipy", "torch")
+
+def inverse_sqrt_counts(counts: np.ndarray) -> np.ndarray:
+    """``1 / sqrt(count)`` per row, 0 for an empty row (the cosine weights of binary codes)."""
+    counts = counts.astype(np.float64)
+    return np.where(counts > 0, 1.0 / np.sqrt(np.maximum(counts, 1.0)), 0.0).astype(np.float32)
+
+
+class SparseIndex(Index):
+    """Exact search of sparse or binary-sparse documents through posting lists (see the module docstring).
+
+    ``doc_scale`` (n,) multiplies each document's score; ``metric="cosine"`` (binary-sparse documents
+    only) divides overlap counts by ``sqrt(|A| |B|)``; ``threads`` caps the numba engine's workers.
+    """
+
+    name = "sparse-postings"
+    pairs = (
+        ("sparse", "sparse"),
+        ("projected", "sparse"),
+        ("binary_sparse", "binary_sparse"),
+        ("projected", "binary_sparse"),
+    )
 
     def __init__(
-        self, docs: Codes, *, device: str = "cpu", query_batch: int = 512, backend: SparseBackend = "auto"
+        self,
+        docs: Codes,
+        *,
+        device: str = "cpu",
+        query_batch: int = 512,
+        backend: SparseBackend = "auto",
+        metric: Literal["dot", "cosine"] = "dot",
+        doc_scale: np.ndarray | None = None,
+        threads: int | None = None,
+        query_kind: str | None = None,
     ) -> None:
-        super().__init__(docs, device=device, query_batch=query_batch)
-        assert isinstance(docs, SparseCodes)
+        super().__init__(docs, device=device, query_batch=query_batch, query_kind=query_kind)
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
+        if metric == "cosine" and not isinstance(docs, BinarySparseCodes):
+            raise ValueError("metric='cosine' is defined for binary_sparse codes; sparse codes score by dot product")
+        self.metric, self.threads, self._requested = metric, threads, backend
         self._engine = self._choose_engine(backend)
-        csr = docs.to_csr()
+        self._doc_scale = None if doc_scale is None else self._checked_scale(doc_scale)
+        self._scale = self._combined_scale(docs)
+        self._postings: BlockedPostings | None = None
+        self._forward: ForwardCodes | None = None
         if self._engine == "torch":
-            self._docs_torch = torch_csr(csr, self.device)
-        else:
-            self._store(csr)
+            self._docs_torch = torch_csr(code_matrix(docs), self.device)
+            self._scale_torch = torch.from_numpy(self._scale).to(self.device)
+        elif self._engine == "scipy":
+            csr = code_matrix(docs)
+            self._docs_csr, self._lists = csr, csr.T.tocsr()  # lists: (dim, n), ids ascending
+        elif query_kind is not None:
+            self._layout_for(query_kind)
 
     def _choose_engine(self, backend: str) -> str:
-        if backend not in self.engines:
-            raise ValueError(f"unknown backend {backend!r} for {type(self).__name__}; use one of {', '.join(self.engines)}")
+        if backend not in ENGINES:
+            raise ValueError(f"unknown backend {backend!r} for {type(self).__name__}; use one of {', '.join(ENGINES)}")
         if backend == "auto":
-            return "torch" if self.device != "cpu" else "scipy"
+            if self.device != "cpu":
+                return "torch"
+            return "numba" if numba_available() else "scipy"
+        if backend == "numba" and not numba_available():
+            raise ValueError("sparse backend 'numba' needs numba (pip install numba); use 'scipy' without it")
+        if backend in ("numba", "scipy") and self.device != "cpu":
+            raise ValueError(f"backend {backend!r} runs on the CPU; use 'torch' or 'auto' on {self.device}")
         return backend
 
-    def _store(self, csr: sp.csr_matrix) -> None:
-        self._postings = csr.T.tocsr()  # (dim, n): posting list per dimension, ids ascending
+    def _checked_scale(self, doc_scale: np.ndarray) -> np.ndarray:
+        scale = np.asarray(doc_scale, dtype=np.float32)
+        if scale.shape != (len(self),) or not np.isfinite(scale).all():
+            raise ValueError(f"doc_scale must be {len(self)} finite numbers (one per document); got shape {scale.shape}")
+        return scale
+
+    def _combined_scale(self, docs: Codes) -> np.ndarray:
+        scale = np.ones(len(docs), np.float32) if self._doc_scale is None else self._doc_scale.copy()
+        if self.metric == "cosine":
+            scale *= inverse_sqrt_counts(docs.active_counts())
+        return scale
+
+    def _layout_for(self, query_kind: str) -> BlockedPostings | ForwardCodes:
+        """The numba layout that serves ``query_kind`` queries, built on first need."""
+        if query_kind == "projected":
+            if self._forward is None:
+                self._forward = ForwardCodes.from_csr(code_matrix(self.docs), self._scale)
+            return self._forward
+        if self._postings is None:
+            self._postings = BlockedPostings.from_csr(code_matrix(self.docs), self._scale)
+        return self._postings
 
     @property
     def backend(self) -> str:
-        return "torch-sparse-csr" if self._engine == "torch" else "scipy-postings"
-
-    def _torch_scores(self, dense_queries: torch.Tensor) -> torch.Tensor:
-        """(b, n) scores of dense (b, dim) queries on the device: sparse docs @ queries^T."""
-        return torch.sparse.mm(self._docs_torch, dense_queries.T).T
-
-
-class SparseIndex(_SparseDocs):
-    """Exact sparse dot-product search of ``SparseCodes`` queries against ``SparseCodes`` documents."""
-
-    query_kind = "sparse"
-    engines = ("auto", "numba", "scipy", "torch")
-
-    def __init__(
-        self, docs: Codes, *, device: str = "cpu", query_batch: int = 512, backend: SparseBackend = "auto",
-        threads: int | None = None,
-    ) -> None:
-        self.threads = threads
-        super().__init__(docs, device=device, query_batch=query_batch, backend=backend)
-
-    def _choose_engine(self, backend: str) -> str:
-        engine = super()._choose_engine(backend)
-        if backend == "auto" and engine == "scipy" and numba_available():
-            return "numba"
-        if engine == "numba" and not numba_available():
-            raise ValueError("sparse backend 'numba' needs numba (pip install numba); use 'scipy' without it")
-        return engine
-
-    def _store(self, csr: sp.csr_matrix) -> None:
         if self._engine == "numba":
-            self._blocked = BlockedPostings.from_csr(csr)
-        else:
-            super()._store(csr)
+            return "numba-rows" if self.query_kind == "projected" else "numba-postings"
+        return {"scipy": "scipy-postings", "torch": "torch-sparse-csr"}[self._engine]
 
     @property
-    def backend(self) -> str:
-        return "numba-postings" if self._engine == "numba" else super().backend
+    def nbytes(self) -> int:
+        """Bytes of the search structures built so far (posting lists or rows, weights) on their device."""
+        if self._engine == "numba":
+            return sum(layout.nbytes for layout in (self._postings, self._forward) if layout is not None)
+        if self._engine == "scipy":
+            lists, docs = self._lists, self._docs_csr
+            return int(lists.data.nbytes + lists.indices.nbytes + lists.indptr.nbytes + docs.data.nbytes
+                       + docs.indices.nbytes + docs.indptr.nbytes + self._scale.nbytes)
+        t = self._docs_torch
+        return int(sum(x.numel() * x.element_size() for x in (t.crow_indices(), t.col_indices(), t.values())))
+
+    def options(self) -> dict[str, Any]:
+        return {"backend": self._requested, "metric": self.metric, "threads": self.threads}
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {} if self._doc_scale is None else {"doc_scale": self._doc_scale}
+
+    # -- search ---------------------------------------------------------------------------------
 
     def _search_batch(self, queries: Codes, top_k: int) -> SearchResult:
-        assert isinstance(queries, SparseCodes)
-        q = queries.to_csr()
+        if isinstance(queries, ProjectedQueries):
+            if self.metric == "cosine":
+                raise ValueError("metric='cosine' compares binary codes; projected queries score by dot product")
+            values = np.ascontiguousarray(queries.values, dtype=np.float32)
+            return self._search_projected(values, queries.offset.astype(np.float32), top_k)
+        q = code_matrix(queries)
+        if self.metric == "cosine":
+            q = sp.csr_matrix(sp.diags(inverse_sqrt_counts(queries.active_counts())) @ q)
+        return self._search_sparse(q, top_k)
+
+    def _search_sparse(self, q: sp.csr_matrix, top_k: int) -> SearchResult:
         if self._engine == "numba":
-            return search_postings(self._blocked, q, top_k, threads=self.threads)
+            postings = self._layout_for("sparse")
+            assert isinstance(postings, BlockedPostings)
+            return search_sparse(postings, q, top_k, threads=self.threads)
         if self._engine == "torch":
             dense = torch.from_numpy(q.toarray()).to(self.device)
-            return torch_top_k(self._torch_scores(dense), top_k)
+            return self._torch_top_k(dense, torch.zeros(len(dense), device=self.device), top_k)
         parts = [self._posting_query(q, row, top_k) for row in range(q.shape[0])]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def _posting_query(self, q: sp.csr_matrix, row: int, top_k: int) -> SearchResult:
-        """One query: scatter-add its posting lists into a score row, then the row's exact top-k.
-
-        Query by query, so the (n,) score row is still in cache when its top-k is selected.
-        """
+        """scipy: one query's posting lists scatter-added into a score row, then the row's exact top-k."""
         lo, hi = q.indptr[row], q.indptr[row + 1]
-        if hi == lo:
-            return threshold_top_k(np.zeros((1, len(self)), dtype=np.float32), top_k)
-        lists = self._postings[q.indices[lo:hi]]  # the query's posting lists, (k, n)
-        scores = np.asarray(lists.T @ q.data[lo:hi], dtype=np.float32)  # scatter-add along each list
-        return threshold_top_k(scores[None, :], top_k)
+        scores = np.zeros(len(self), dtype=np.float32)
+        if hi > lo:
+            scores = np.asarray(self._lists[q.indices[lo:hi]].T @ q.data[lo:hi], dtype=np.float32)
+        return threshold_top_k((scores * self._scale)[None, :], top_k)
 
-
-class AsymmetricIndex(_SparseDocs):
-    """Dense query codes (dim h) against sparse document codes (dim h): score = <query, doc>.
-
-    For methods whose ``encode_queries`` returns ``DenseCodes`` in the sparse code space. On CPU each
-    block of queries is one scipy CSR × dense product (cost nnz(docs) per query).
-    """
-
-    query_kind = "dense"
-
-    def _store(self, csr: sp.csr_matrix) -> None:
-        self._docs_csr = csr
-
-    @property
-    def backend(self) -> str:
-        return "torch-sparse-csr" if self._engine == "torch" else "scipy-csr"
-
-    def _search_batch(self, queries: Codes, top_k: int) -> SearchResult:
-        assert isinstance(queries, DenseCodes)
-        values = np.ascontiguousarray(queries.values, dtype=np.float32)
+    def _search_projected(self, values: np.ndarray, offset: np.ndarray, top_k: int) -> SearchResult:
+        if self._engine == "numba":
+            rows = self._layout_for("projected")
+            assert isinstance(rows, ForwardCodes)
+            return search_projected(rows, values, offset, top_k, threads=self.threads)
         if self._engine == "torch":
-            return torch_top_k(self._torch_scores(torch.from_numpy(values).to(self.device)), top_k)
-        block = rows_per_block(4 * len(self), cap=len(values))
-        parts = []
-        for s in range(0, len(values), block):
-            scores = np.ascontiguousarray((self._docs_csr @ values[s : s + block].T).T)
-            parts.append(threshold_top_k(scores, top_k))
+            dense = torch.from_numpy(values).to(self.device)
+            return self._torch_top_k(dense, torch.from_numpy(offset).to(self.device), top_k)
+        step, parts = rows_per_block(4 * len(self), cap=len(values)), []
+        for s in range(0, len(values), step):
+            scores = np.asarray((self._docs_csr @ values[s : s + step].T).T, dtype=np.float32)
+            scores = (scores + offset[s : s + step, None]) * self._scale[None, :]
+            parts.append(threshold_top_k(np.ascontiguousarray(scores), top_k))
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
+    def _torch_top_k(self, dense: torch.Tensor, offset: torch.Tensor, top_k: int) -> SearchResult:
+        """Top-k of ``((docs @ dense^T)^T + offset) * doc_scale`` on the device, queries in memory-bounded blocks."""
+        step, parts = rows_per_block(4 * len(self), cap=len(dense)), []
+        for s in range(0, len(dense), step):
+            scores = torch.sparse.mm(self._docs_torch, dense[s : s + step].T).T
+            scores = (scores + offset[s : s + step, None]) * self._scale_torch[None, :]
+            parts.append(torch_top_k(scores, top_k))
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])

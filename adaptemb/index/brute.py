@@ -1,40 +1,14 @@
-"""Choose the search backend from the kinds of the query and document codes; a generic fallback."""
+"""Brute force through any score function: the fallback for code kinds no registered backend serves."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from adaptemb.codes import Codes
-from adaptemb.index.base import Index, SearchResult, merge_top_k, rows_per_block
-from adaptemb.index.dense import DenseIndex
-from adaptemb.index.quantized import BinaryIndex, Int8Index
-from adaptemb.index.sparse import AsymmetricIndex, SparseIndex
+from adaptemb.index.base import SearchResult, merge_top_k, rows_per_block
 from adaptemb.ranking import top_k as exact_top_k
-
-BACKENDS: dict[tuple[str, str], type[Index]] = {
-    ("dense", "dense"): DenseIndex,
-    ("sparse", "sparse"): SparseIndex,
-    ("binary", "binary"): BinaryIndex,
-    ("int8", "int8"): Int8Index,
-    ("dense", "sparse"): AsymmetricIndex,
-}
-"""(query kind, document kind) → the Index class that searches it."""
-
-
-def build_index(docs: Codes, *, query_kind: str | None = None, device: str = "auto", **options: Any) -> Index:
-    """An index over ``docs`` for queries of ``query_kind`` (default: the documents' kind).
-
-    ``device`` is ``"auto"``, ``"cpu"`` or ``"cuda"``; ``options`` go to the backend (``query_batch``,
-    ``backend``). Unsupported kind pairs raise ``ValueError`` listing the supported ones.
-    """
-    pair = (query_kind or docs.kind, docs.kind)
-    if pair not in BACKENDS:
-        known = ", ".join(f"{q}→{d}" for q, d in BACKENDS)
-        raise ValueError(f"no index backend for {pair[0]} queries against {pair[1]} documents; supported: {known}")
-    return BACKENDS[pair](docs, device=device, **options)
 
 
 class ScoreIndex:
@@ -44,6 +18,7 @@ class ScoreIndex:
     """
 
     backend = "score-function"
+    brute_force = True
 
     def __init__(self, docs: Codes, score: Callable[[Codes, Codes], np.ndarray], *, query_batch: int = 512) -> None:
         self.docs, self.score, self.query_batch = docs, score, query_batch

@@ -1,0 +1,134 @@
+"""The index a compressor builds over its document codes: one backend plus the compressor that encodes queries.
+
+``Compressor.index(doc_codes)`` returns a ``CompressedIndex``. It takes raw query embeddings (encoded
+with the compressor's ``encode_queries`` at the budget the documents were encoded at) or query codes,
+searches them with the backend registered for the compressor's (query kind, document kind), and saves
+to one safetensors file holding the compressor, the document codes and the backend's options
+(``adaptemb.load_index`` reads it back). With a ``Rerank`` stage it shortlists with the codes and
+reranks the shortlist with float vectors (e.g. binary codes rescored with the float query).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from adaptemb.codes import Codes
+from adaptemb.index.base import Index, SearchResult
+from adaptemb.index.brute import ScoreIndex
+from adaptemb.index.funnel import rerank
+from adaptemb.serialization import FORMAT_VERSION, INDEX_FORMAT, write_tensors
+
+BRUTE_FORCE = "score-function"
+"""The backend name saved for a brute-force index (a method whose kinds no backend serves)."""
+
+
+class QueryEncoder(Protocol):
+    """What a ``CompressedIndex`` needs from its compressor (``adaptemb.Compressor`` provides it)."""
+
+    name: str
+
+    def encode_queries(self, x: Any, k: int | None = None) -> Codes: ...
+
+    def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray: ...
+
+    def file_metadata(self) -> dict[str, str]: ...
+
+    def state_tensors(self) -> dict[str, torch.Tensor]: ...
+
+
+@dataclass(frozen=True)
+class Rerank:
+    """A second stage: rescore the first stage's ``shortlist`` candidates by ``<queries(x), docs[id]>``."""
+
+    docs: np.ndarray | Codes
+    """Rerank store: float vectors (n, d), or codes whose ``to_dense()`` lives in the queries' space."""
+    queries: Callable[[Any], np.ndarray]
+    """Raw query embeddings -> the float vectors the store is scored with."""
+    shortlist: int = 100
+
+
+class CompressedIndex:
+    """A searchable index over one compressor's document codes (see the module docstring)."""
+
+    def __init__(self, compressor: QueryEncoder, backend: Index | ScoreIndex, *, budget: int | None = None,
+                 second_stage: Rerank | None = None) -> None:
+        self.compressor = compressor
+        self.inner = backend
+        self.budget = budget
+        self.second_stage = second_stage
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    @property
+    def backend(self) -> str:
+        """The engine that answers searches, e.g. ``"numba-postings"``; ``"score-function"`` for brute force."""
+        name = self.inner.backend
+        return f"{name}+rerank" if self.second_stage is not None else name
+
+    @property
+    def brute_force(self) -> bool:
+        """True when no registered backend serves the compressor's kinds and every search scores every document."""
+        return isinstance(self.inner, ScoreIndex)
+
+    @property
+    def device(self) -> str:
+        return getattr(self.inner, "device", "cpu")
+
+    @property
+    def nbytes(self) -> int | None:
+        """Bytes of the backend's own search structure, where it reports them."""
+        return getattr(self.inner, "nbytes", None)
+
+    def encode_queries(self, queries: Any) -> Codes:
+        """Raw query embeddings as this index's query codes."""
+        return self.compressor.encode_queries(queries, k=self.budget)
+
+    def search(self, queries: Any, top_k: int = 10) -> SearchResult:
+        """The ``top_k`` best documents of each query: (scores, ids), each (n_queries, top_k), best first.
+
+        ``queries`` are raw embeddings (numpy or torch, (n, d)) or query codes from ``encode_queries``.
+        """
+        codes = queries if isinstance(queries, Codes) else self.encode_queries(queries)
+        if self.second_stage is None:
+            return self.inner.search(codes, top_k)
+        if isinstance(queries, Codes):
+            raise TypeError("this index reranks with float query vectors: pass query embeddings, not query codes")
+        stage = self.second_stage
+        _, candidates = self.inner.search(codes, max(stage.shortlist, top_k))
+        return rerank(stage.queries(queries), stage.docs, candidates, top_k)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the index (compressor, document codes, backend options) to one safetensors file, atomically."""
+        if self.second_stage is not None:
+            raise NotImplementedError("an index with a rerank stage is rebuilt from its compressor; save the codes instead")
+        docs = self.inner.docs
+        inner = self.inner
+        options = {"query_kind": inner.query_kind, "query_batch": inner.query_batch, **inner.options()} if isinstance(
+            inner, Index) else {"query_batch": inner.query_batch}
+        metadata = {
+            **self.compressor.file_metadata(),
+            "format": INDEX_FORMAT,
+            "format_version": FORMAT_VERSION,
+            "backend": inner.name if isinstance(inner, Index) else BRUTE_FORCE,
+            "backend_options": json.dumps(options),
+            "docs_kind": docs.kind,
+            "docs_dim": str(docs.dim),
+            "docs_n": str(len(docs)),
+            "query_budget": json.dumps(self.budget),
+        }
+        tensors: dict[str, Any] = {f"compressor.{k}": t for k, t in self.compressor.state_tensors().items()}
+        tensors.update({f"docs.{k}": a for k, a in docs.to_arrays().items()})
+        if isinstance(inner, Index):
+            tensors.update({f"index.{k}": a for k, a in inner.arrays().items()})
+        return write_tensors(path, tensors, metadata)
+
+    def __repr__(self) -> str:
+        return f"CompressedIndex(method={self.compressor.name!r}, n={len(self)}, backend={self.backend!r}, device={self.device!r})"

@@ -1,0 +1,116 @@
+"""The import layering of the package: no circle anywhere in ``adaptemb/``, and plugins use the public API only.
+
+Every ``import`` statement counts, at module level, inside functions and under ``TYPE_CHECKING`` alike:
+an import placed in a function to dodge a circle is still a circle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _modules(package: Path, name: str) -> dict[str, Path]:
+    found = {}
+    for path in package.rglob("*.py"):
+        parts = [name, *path.relative_to(package).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imported(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The known modules that ``module`` imports (a name imported from a package counts as that submodule
+    when it is one, else as the package)."""
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                targets.add(name)
+    return targets
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle_in_the_core() -> None:
+    modules = _modules(ROOT / "adaptemb", "adaptemb")
+    graph = {name: _imported(name, path, modules) for name, path in modules.items()}
+    assert len(graph) > 40 and "adaptemb.compressor" in graph["adaptemb.api"]
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_circles() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_layers_point_one_way() -> None:
+    """codes -> compressor -> registry -> serialization / export -> api -> cli, from the bottom up."""
+    modules = _modules(ROOT / "adaptemb", "adaptemb")
+    below = {
+        "adaptemb.codes": {"adaptemb.compressor", "adaptemb.registry", "adaptemb.api", "adaptemb.cli"},
+        "adaptemb.serialization": {"adaptemb.compressor", "adaptemb.registry", "adaptemb.api"},
+        "adaptemb.export": {"adaptemb.compressor", "adaptemb.registry", "adaptemb.api"},
+        "adaptemb.registries": {"adaptemb.compressor", "adaptemb.api"},
+        "adaptemb.compressor": {"adaptemb.api", "adaptemb.cli"},
+    }
+    for module, forbidden in below.items():
+        assert not _imported(module, modules[module], modules) & forbidden, module
+
+
+def test_plugins_import_only_the_public_api() -> None:
+    """A plugin writes ``from adaptemb import X``, never ``from adaptemb.<module> import X``."""
+    for path in (ROOT / "plugins").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            internal = [name for name in names if name.startswith("adaptemb.")]
+            assert not internal, f"{path.name} imports {internal}; import from the top-level adaptemb package"
