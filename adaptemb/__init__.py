@@ -40,6 +40,7 @@ from adaptemb.registry import (
     unregister_plugin,
 )
 from adaptemb.serialization import save_codes
+from adaptemb.threads import set_threads
 from adaptemb.train import FitReport, TrainingConfig, train
 from adaptemb.validation import as_matrix
 
@@ -92,6 +93,7 @@ __all__ = [
     "register_plugin",
     "resolve_device",
     "save_codes",
+    "set_threads",
     "train",
     "unregister_plugin",
 ]

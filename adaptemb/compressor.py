@@ -20,6 +20,7 @@ from adaptemb.index.bound import CompressedIndex
 from adaptemb.index.brute import ScoreIndex
 from adaptemb.registry import get_index_registry
 from adaptemb.serialization import COMPRESSOR_FORMAT, FORMAT_VERSION, read_adaptemb_file, write_tensors
+from adaptemb.threads import compute_threads
 from adaptemb.validation import as_matrix, as_vector, check_budget
 
 _Self = TypeVar("_Self", bound="Compressor")
@@ -137,7 +138,8 @@ class Compressor(ABC):
             supervision["labels"] = torch.from_numpy(
                 as_vector(labels, name="labels", length=matrix.shape[0], integer=True).astype(np.int64)
             )
-        self._fit(matrix, **supervision)
+        with compute_threads():  # sized to the free cores of the machine (see adaptemb.threads)
+            self._fit(matrix, **supervision)
         self.dim = matrix.shape[1]
         return self
 

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from adaptemb.threads import fixed_threads
+
 BLOCK_ROWS = 65536
 """Documents per block: block-local ids fit uint16, and a sparse query's score buffer (256 KiB) stays in L2."""
 QUERY_BLOCK = 64
@@ -171,11 +173,12 @@ def _check_top_k(n: int, top_k: int) -> None:
 
 
 def _threads(threads: int | None) -> int:
+    """Workers for a search: ``threads`` if given, else numba's pool capped by ``adaptemb.set_threads``."""
     if threads is not None:
         return max(1, int(threads))
     import numba
 
-    return max(1, min(numba.get_num_threads(), os.cpu_count() or 1))
+    return max(1, min(numba.get_num_threads(), os.cpu_count() or 1, fixed_threads() or os.cpu_count() or 1))
 
 
 _SPARSE_KERNEL = None
