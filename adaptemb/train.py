@@ -2,9 +2,10 @@
 
 A method builds a ``torch.nn.Module`` whose ``training_loss(batch, step)`` returns the total loss and
 named components, then calls :func:`train` with its :class:`TrainingConfig`. The loop picks the
-device (CUDA when present), uses bf16 autocast on CUDA, shuffles with the config's seed, holds out
-rows for early stopping, shows a progress bar, restores the best weights and returns a
-:class:`FitReport`.
+device (CUDA when present), runs matmuls in bf16 autocast where the hardware does bf16 natively
+(``precision="auto"``: CUDA, and CPUs with AVX512-BF16 or AMX), shuffles with the config's seed, holds
+out rows for early stopping, shows a progress bar, restores the best weights and returns a
+:class:`FitReport`. Weights, optimiser state and losses stay float32 whatever the precision.
 
 Optional module hooks: ``before_optimizer_step()`` (e.g. project gradients) and
 ``after_optimizer_step()`` (e.g. renormalise decoder columns).
@@ -43,6 +44,11 @@ class TrainingConfig(CompressorConfig):
         "constant", description="constant, or cosine decay from lr to lr_final_fraction·lr over all epochs."
     )
     lr_final_fraction: float = Field(0.1, ge=0, le=1, description="Cosine schedule: final lr as a fraction of lr.")
+    precision: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description="Matmul precision while training: auto = bfloat16 autocast on CUDA and on CPUs with native "
+        "bf16 (AVX512-BF16 / AMX), float32 elsewhere. Inference is always float32.",
+    )
 
 
 class TrainableModule(Protocol):
@@ -64,6 +70,8 @@ class FitReport:
     stopped_early: bool
     train_losses: dict[str, float]
     val_loss: float | None
+    precision: str = "float32"
+    threads: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -100,6 +108,23 @@ def train(
     return report
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` multiplies bfloat16 natively: a CUDA GPU that supports it, or a CPU with AVX512-BF16 or AMX
+    (where oneDNN's bf16 matmuls run about 3x faster than float32; elsewhere they are emulated, and slower)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    avx512_bf16 = getattr(torch.cpu, "_is_avx512_bf16_supported", None)  # torch's own CPU feature probes
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return bool((avx512_bf16 is not None and avx512_bf16()) or (amx is not None and amx()))
+
+
+def training_dtype(precision: str, device: torch.device) -> torch.dtype:
+    """The matmul dtype of the training loop for a config's ``precision`` on ``device``."""
+    if precision == "bfloat16" or (precision == "auto" and native_bf16(device)):
+        return torch.bfloat16
+    return torch.float32
+
+
 def _adam(module: torch.nn.Module, config: TrainingConfig) -> torch.optim.Optimizer:
     """Adam, fused (one kernel per step instead of a dozen elementwise passes) where torch supports it."""
     options = {"lr": config.lr, "eps": config.adam_eps, "weight_decay": config.weight_decay}
@@ -133,7 +158,7 @@ class _Loop:
                  optimizer: torch.optim.Optimizer, config: TrainingConfig) -> None:
         self.module, self.tensors, self.device = module, _stage(tensors, device), device
         self.optimizer, self.config = optimizer, config
-        self.autocast = device.type == "cuda"
+        self.autocast = training_dtype(config.precision, device) == torch.bfloat16
 
     def batch(self, idx: torch.Tensor) -> list[torch.Tensor]:
         if self.tensors and self.tensors[0].device != idx.device:
@@ -192,6 +217,7 @@ class _Loop:
         return FitReport(
             device=str(self.device), seconds=0.0, epochs=epochs_run, steps=step, stopped_early=stopped_early,
             train_losses=train_losses, val_loss=None if best_val == math.inf else best_val,
+            precision="bfloat16" if self.autocast else "float32", threads=torch.get_num_threads(),
         )
 
     @torch.no_grad()

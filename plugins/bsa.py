@@ -18,6 +18,7 @@ The model (``bsa_model.BSAModel``) is what ``encode`` needs and what is saved; t
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -88,12 +89,30 @@ class BSAConfig(TrainingConfig):
     holdout_fraction: float = Field(
         0.05, ge=0, lt=0.5, description="Rows kept out of training to measure reconstruction in fit_report."
     )
-    epochs: int = Field(40, ge=1, description="Passes over the training rows (at most; held-out loss stops earlier).")
+    epochs: int | None = Field(
+        None, ge=1, description="Passes over the training rows (at most; held-out loss stops earlier); None: from the "
+        "schedule (40 for small models, down to 25 as d * h grows; see docs/methods/bsa.md).",
+    )
     batch_size: int | None = Field(
-        None, ge=2, description="Rows per step; None: training rows // 100, clipped to 32..256 (enough steps on small fits)."
+        None, ge=2, description="Rows per step; None: from the schedule (training rows // 100 down to // 40, 32..256).",
     )
     lr: float = Field(3e-2, gt=0, description="Adam learning rate.")
     patience: int = Field(3, ge=1, description="Epochs without held-out improvement before stopping.")
+
+
+SCHEDULES = ((100, 40), (60, 40), (40, 30), (40, 25))
+"""Default training schedules, most thorough first: (batch = training rows // divisor, epochs)."""
+SCHEDULE_BUDGET = 1.0e12
+"""Work (``schedule_work`` units) a default schedule may take: 5,000 x 768 rows at h = 6,144 get the last
+schedule (measured 43 s on 2 cores with bf16 matmuls), 5,000 x 384 at h = 3,072 the first (~30 s)."""
+STEP_COST_ROWS = 90
+"""An optimiser step's fixed cost (Adam over both weight matrices, casts) in rows of forward-backward work,
+measured on the 2-core dev machine (about 15 ms per step against 0.17 ms per row at d = 768, h = 6,144)."""
+
+
+def schedule_work(rows: int, dim: int, h: int, batch: int, epochs: int) -> float:
+    """Relative cost of a fit: ``d * h * epochs * (rows + steps per epoch * STEP_COST_ROWS)``."""
+    return float(dim) * h * epochs * (rows + -(-rows // batch) * STEP_COST_ROWS)
 
 
 class BSACompressor(Compressor):
@@ -120,17 +139,24 @@ class BSACompressor(Compressor):
         if self.config.center:
             model.center.copy_(train_rows.mean(dim=0))
         model.calibrate(train_rows, self.config.init_scale)
-        config = self.config.model_copy(update={"batch_size": self._batch_size(len(train_rows))})
-        objective = BSAObjective(model, self._loss_weights(k, len(train_rows), config))
+        batch_size, epochs = self._schedule(len(train_rows), x.shape[1], h)
+        config = self.config.model_copy(update={"batch_size": batch_size, "epochs": epochs})
+        objective = BSAObjective(model, self._loss_weights(k, len(train_rows), config), seed=self.config.seed)
         report = train(objective, [train_rows], config, description="bsa")
         self._model = objective.model.cpu().eval()
         self._k = k
-        self.fit_report = {**report.as_dict(), "batch_size": config.batch_size, **self._measure(x, held_rows)}
+        self.fit_report = {**report.as_dict(), "batch_size": batch_size, "max_epochs": epochs, **self._measure(x, held_rows)}
 
-    def _batch_size(self, rows: int) -> int:
-        """The configured batch size, or one that gives small fits enough optimiser steps (measured: 5,000
-        rows at 48 instead of 256 lowered held-out reconstruction distance from 0.217 to 0.191)."""
-        return self.config.batch_size or int(min(256, max(32, rows // 100)))
+    def _schedule(self, rows: int, dim: int, h: int) -> tuple[int, int]:
+        """(batch size, epochs): the configured ones, or the most thorough schedule of ``SCHEDULES`` whose work
+        fits ``SCHEDULE_BUDGET`` (the last one when none does). Deterministic: it depends on the problem's
+        size only, never on the machine. See docs/methods/bsa.md, "Fit time"."""
+        for divisor, epochs in SCHEDULES:
+            batch = self.config.batch_size or int(min(256, max(32, rows // divisor)))
+            epochs = self.config.epochs or epochs
+            if schedule_work(rows, dim, h, batch, epochs) <= SCHEDULE_BUDGET:
+                break
+        return batch, epochs
 
     def _sizes(self, dim: int) -> tuple[int, int]:
         h = self.config.h or 8 * dim
@@ -314,14 +340,62 @@ def top_k_mask(s: torch.Tensor, k: int) -> torch.Tensor:
 
 
 
+SPARSE_DECODE_DENSITY = 0.05
+"""Codes with at most this fraction of active entries are decoded by gathering rows (early in training,
+about half the features fire and the dense product is faster)."""
+
+
+def decode_training_code(code: torch.Tensor, model: BSAModel) -> torch.Tensor:
+    """``model.decode(code)`` with the same gradients, by the cheaper path for the code's density."""
+    if float((code != 0).float().mean()) > SPARSE_DECODE_DENSITY:
+        return model.decode(code)
+    return SparseCodeDecode.apply(code, model.decoder, model.decoder_bias)
+
+
+class SparseCodeDecode(torch.autograd.Function):
+    """``code @ D + c`` for a code that is mostly zero (a binary code, ~1 % active), with the dense product's
+    gradients. The forward product goes through torch's sparse CSR kernel (work proportional to the active
+    entries); the gradients are the two dense products of the backward pass, in the autocast dtype when
+    autocast is on, like the matmuls they replace."""
+
+    @staticmethod
+    def forward(ctx: Any, code: torch.Tensor, decoder: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        device = code.device.type
+        ctx.low = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+        with torch.autocast(device_type=device, enabled=False), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+            out = torch.sparse.mm(code.float().to_sparse_csr(), decoder.float()) + bias.float()
+        ctx.save_for_backward(code, decoder)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        code, decoder = ctx.saved_tensors
+        dtype = ctx.low or torch.float32
+        low_grad = grad.to(dtype)
+        grad_code = (low_grad @ decoder.to(dtype).T).float()
+        grad_decoder = (code.to(dtype).T @ low_grad).to(decoder.dtype)
+        return grad_code, grad_decoder, grad.sum(dim=0).to(decoder.dtype)
+
+
 class BSAObjective(nn.Module):
     """What ``train`` optimises: the model plus reconstruction ``1 - cos(x_hat, x)`` and sparsity alignment
     (and the optional fixed-K term), with input noise and code dropout. Not saved: loading rebuilds the model."""
 
-    def __init__(self, model: BSAModel, weights: LossWeights) -> None:
+    def __init__(self, model: BSAModel, weights: LossWeights, seed: int = 0) -> None:
         super().__init__()
         self.model = model
         self.weights = weights
+        self._rng = np.random.default_rng(seed)
+
+    def _keep_mask(self, like: torch.Tensor) -> torch.Tensor:
+        """Which code entries dropout keeps (probability ``1 - code_dropout`` each). On the CPU the draws come from
+        numpy's PCG64 (about 5x faster than torch's CPU generator here), seeded with the fit's seed."""
+        if like.device.type == "cpu":
+            draws = torch.from_numpy(self._rng.random(tuple(like.shape), dtype=np.float32))
+        else:
+            draws = torch.rand(like.shape, device=like.device)
+        return draws >= self.weights.code_dropout
 
     def training_loss(self, batch: Sequence[torch.Tensor], step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Total BSA loss of a batch of unit-norm rows, with its named parts (see ``LossWeights``)."""
@@ -329,8 +403,10 @@ class BSAObjective(nn.Module):
         x = batch[0]
         s = model.activations(self._noisy(x) if self.training and w.input_noise > 0 else x)
         # inverted dropout on the binary code: no decoder row can stand in for a feature that a new row may miss
-        code = F.dropout(straight_through_round(s), p=w.code_dropout, training=self.training)
-        reconstruction = cosine_distance(model.decode(code), x)
+        code = straight_through_round(s)
+        if self.training and w.code_dropout > 0:
+            code = code * (self._keep_mask(code) * (1.0 / (1.0 - w.code_dropout)))
+        reconstruction = cosine_distance(decode_training_code(code, model), x)
         alignment = self.alignment_loss(s)
         alpha = w.alpha_at(step) if self.training else w.alpha  # held-out loss: the final objective
         total = reconstruction + alpha * alignment
@@ -351,13 +427,28 @@ class BSAObjective(nn.Module):
     def alignment_loss(self, s: torch.Tensor) -> torch.Tensor:
         """``1 - cos(s - eps, T - eps)`` with ``T = TopK_k(s)`` (values; detached unless configured) or,
         for ``target="ones"``, the 0/1 indicator of the top k (the ideal binary code)."""
-        mask = top_k_mask(s.detach(), self.weights.k)
         if self.weights.target == "ones":
-            target = mask
-        else:
-            target = mask * (s.detach() if self.weights.detach_target else s)
+            return alignment_to_top_k_indicator(s, self.weights.k, self.weights.epsilon)
+        mask = top_k_mask(s.detach(), self.weights.k)
+        target = mask * (s.detach() if self.weights.detach_target else s)
         eps = self.weights.epsilon
         return cosine_distance(s - eps, target - eps)
+
+
+def alignment_to_top_k_indicator(s: torch.Tensor, k: int, eps: float) -> torch.Tensor:
+    """Mean ``1 - cos(s - eps, t - eps)`` where ``t`` is the 0/1 indicator of each row's top ``k`` of ``s``,
+    from three row sums instead of five full (n, h) passes (same value and gradient as the direct form):
+    ``<s - e, t - e> = (1 - e) S_top - e (S - S_top) - e (1 - e) k + e^2 (h - k)``,
+    ``|s - e|^2 = Q - 2 e S + h e^2`` and ``|t - e|^2 = k (1 - e)^2 + (h - k) e^2``, with ``S = sum s``,
+    ``Q = sum s^2`` and ``S_top`` the sum of the top k (the indicator is a constant: no gradient through it)."""
+    h = s.shape[1]
+    s = s.float()
+    total, squares = s.sum(dim=1), (s * s).sum(dim=1)
+    top = torch.topk(s, k, dim=1).values.sum(dim=1)
+    dot = (1 - eps) * top - eps * (total - top) - eps * (1 - eps) * k + eps * eps * (h - k)
+    s_norm2 = squares - 2 * eps * total + h * eps * eps
+    t_norm2 = k * (1 - eps) ** 2 + (h - k) * eps * eps
+    return (1.0 - dot / torch.sqrt((s_norm2 * t_norm2).clamp_min(1e-16))).mean()
 
 
 @hookimpl
