@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -29,25 +28,12 @@ import numpy as np
 import torch
 
 import adaptemb
+from adaptemb.evaluate.machine import machine_info
 
 
 def machine(device: str) -> dict[str, object]:
-    """What the numbers were measured on."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info: dict[str, object] = {
-        "cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__, "device": device, "load_average": os.getloadavg(),
-    }
-    if device == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
+    """What the numbers were measured on: the library's machine description plus the fit device."""
+    return {**machine_info(), "device": device}
 
 
 def random_rows(n: int, d: int, seed: int = 0) -> np.ndarray:
