@@ -22,10 +22,10 @@ from typing import Any, Literal, Protocol
 
 import torch
 from pydantic import Field
-from tqdm.auto import tqdm
 
 from adaptemb.compressor import CompressorConfig
 from adaptemb.devices import resolve_device
+from adaptemb.progress import progress_bar
 
 
 class TrainingConfig(CompressorConfig):
@@ -174,7 +174,7 @@ class _Loop:
         steps_per_epoch = max(1, math.ceil(len(train_idx) / config.batch_size))
         best_val, best_state, bad_epochs, stopped_early = math.inf, None, 0, False
         step, epochs_run, sums = 0, 0, {}
-        bar = tqdm(total=config.epochs * steps_per_epoch, desc=description, disable=not config.progress, leave=False)
+        bar = progress_bar(total=config.epochs * steps_per_epoch, desc=description, enabled=config.progress, leave=False)
         for epoch in range(config.epochs):
             self.module.train()
             sums, counts = {}, 0

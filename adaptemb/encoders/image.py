@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from adaptemb.devices import resolve_device
 from adaptemb.encoders._common import l2_normalize, offline_hint
+from adaptemb.progress import progress_bar
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -55,11 +55,8 @@ class ImageEncoder:
             )
         chunks = []
         with torch.inference_mode():
-            for start in tqdm(
-                range(0, len(images), batch_size),
-                desc=f"encoding images ({self.name})",
-                unit="batch",
-                disable=not progress,
+            for start in progress_bar(
+                range(0, len(images), batch_size), desc=f"encoding images ({self.name})", unit="batch", enabled=progress
             ):
                 batch = self.preprocess(images[start : start + batch_size])
                 chunks.append(self.forward(batch).float().cpu().numpy())

@@ -15,10 +15,10 @@ from typing import Literal
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from adaptemb.devices import resolve_device
 from adaptemb.encoders._common import batched, l2_normalize, offline_hint
+from adaptemb.progress import progress_bar
 
 TextBackend = Literal["auto", "sentence-transformers", "transformers"]
 MINILM_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm")
@@ -66,11 +66,8 @@ class TextEncoder:
         order = np.argsort([len(text) for text in texts], kind="stable")  # similar lengths pad less
         chunks = []
         with torch.inference_mode():
-            for batch in tqdm(
-                list(batched(order, batch_size)),
-                desc=f"encoding texts ({self.name})",
-                unit="batch",
-                disable=not progress,
+            for batch in progress_bar(
+                list(batched(order, batch_size)), desc=f"encoding texts ({self.name})", unit="batch", enabled=progress
             ):
                 chunks.append(self._embed([texts[i] for i in batch]))
         out = np.zeros((len(texts), self.dim), np.float32)
