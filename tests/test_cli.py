@@ -42,6 +42,26 @@ def test_fit_then_compress_writes_loadable_codes(corpus: Path, tmp_path: Path) -
     assert info.exit_code == 0 and '"k":12' in info.output
 
 
+def test_compress_writes_query_codes_for_asymmetric_methods(corpus: Path, tmp_path: Path) -> None:
+    """``--side query``: csr's query codes are projected (dense over the latents, plus an offset), not sparse."""
+    model, docs_path, queries_path = tmp_path / "csr.safetensors", tmp_path / "docs.npz", tmp_path / "queries.npz"
+    fitted = runner.invoke(app, ["fit", "--method", "csr", "--input", str(corpus), "-o", str(model),
+                                 "-p", "hidden=64", "-p", "k=4", "-p", "epochs=1", "-p", "progress=false"])
+    assert fitted.exit_code == 0, fitted.output
+    for side, path in (("doc", docs_path), ("query", queries_path)):
+        result = runner.invoke(app, ["compress", "--model", str(model), "--input", str(corpus), "-o", str(path),
+                                     "--side", side])
+        assert result.exit_code == 0 and f"{side} codes" in result.output, result.output
+    docs, queries = adaptemb.load_codes(docs_path), adaptemb.load_codes(queries_path)
+    assert (docs.kind, queries.kind) == ("sparse", "projected")
+    compressor = adaptemb.load(model)
+    np.testing.assert_array_equal(queries.to_dense(), compressor.encode_queries(np.load(corpus)).to_dense())
+    _, ids = compressor.index(docs).search(queries, 3)  # the saved query codes search the saved documents
+    assert ids.shape == (len(docs), 3)
+    bad = runner.invoke(app, ["compress", "--model", str(model), "--input", str(corpus), "-o", str(path), "--side", "both"])
+    assert bad.exit_code == 2 and "both" in bad.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,6 +24,13 @@ ParamOption = Annotated[
     list[str] | None,
     typer.Option("--param", "-p", help="A method parameter as NAME=VALUE (repeatable), e.g. -p k=64."),
 ]
+class Side(str, Enum):
+    """Which side of the search a compress run encodes."""
+
+    doc = "doc"
+    query = "query"
+
+
 KeyOption = Annotated[
     str | None, typer.Option("--key", help="Array name in an .npz/.safetensors file, or vector column of a .parquet.")
 ]
@@ -70,13 +78,18 @@ def compress_command(
     input_path: Annotated[Path, typer.Option("--input", "-i", help="Embeddings: .npy, .npz, .safetensors or .parquet.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the codes (.npz, see docs/guide.md).")],
     k: Annotated[int | None, typer.Option("--k", "-k", help="Budget: active dims per code (default: the method's).")] = None,
+    side: Annotated[Side, typer.Option(
+        "--side", help="doc: document codes (encode); query: query codes (encode_queries), which asymmetric "
+        "methods (csr, bsa) make differently.")] = Side.doc,
     key: KeyOption = None,
 ) -> None:
     """Encode an embedding file with a fitted compressor and write the codes file."""
-    codes = load(model).encode(load_embeddings(input_path, key=key), k=k)
+    compressor = load(model)
+    embeddings = load_embeddings(input_path, key=key)
+    codes = compressor.encode(embeddings, k=k) if side is Side.doc else compressor.encode_queries(embeddings, k=k)
     save_codes(codes, output)
     console.print(
-        f"wrote {len(codes)} {codes.kind} codes (dim {codes.dim}) to {output}: "
+        f"wrote {len(codes)} {codes.kind} {side.value} codes (dim {codes.dim}) to {output}: "
         f"{codes.bytes_per_vector:.1f} bytes per vector, {codes.nbytes} bytes in all"
     )
 
