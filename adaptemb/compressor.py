@@ -122,10 +122,14 @@ class Compressor(ABC):
     @property
     def query_kind(self) -> str | None:
         """The code kind ``encode_queries`` emits. Defaults to ``doc_kind`` for methods that keep the base
-        ``encode_queries`` and ``score``; None (undeclared) for others, which are then searched by brute
-        force through ``score``. Asymmetric methods override it (it may depend on the config)."""
-        symmetric = type(self).encode_queries is Compressor.encode_queries and type(self).score is Compressor.score
-        return self.doc_kind if symmetric else None
+        ``encode_queries`` and ``score`` (queries are encoded like documents and scored by the codes' own
+        similarity; with no ``doc_kind`` either, ``index`` reads the kind from the codes). None for methods
+        that override them without declaring it: ``index`` then searches by brute force through ``score``.
+        Asymmetric methods declare it (a class attribute or a property: it may depend on the config)."""
+        return self.doc_kind if self._scores_symmetrically() else None
+
+    def _scores_symmetrically(self) -> bool:
+        return type(self).encode_queries is Compressor.encode_queries and type(self).score is Compressor.score
 
     def fit(self: _Self, x: Array, *, pairs: tuple[Array, Array] | None = None, labels: Array | None = None) -> _Self:  # noqa: PYI019 (typing.Self is 3.11+; 3.10 is supported)
         """Fit on embeddings ``x`` (n, d); ``pairs`` or ``labels`` where the method learns from them."""
@@ -188,7 +192,7 @@ class Compressor(ABC):
         budget = k if k is not None else self.query_budget(doc_codes)
         if budget is not None:
             self.budgets().resolve(budget, self.name)
-        query_kind = self.query_kind
+        query_kind = self.query_kind or (doc_codes.kind if self._scores_symmetrically() else None)
         backend = None if query_kind is None else get_index_registry().for_kinds(query_kind, doc_codes.kind)
         if backend is None:
             query_batch = options.get("query_batch", 512)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from adaptemb import Budgets, Codes, Compressor, CompressorConfig, DenseCodes, hookimpl
+from adaptemb import Budgets, Codes, Compressor, CompressorConfig, CompressorRegistry, DenseCodes, hookimpl
 
 
 class RandProjConfig(CompressorConfig):
@@ -18,6 +18,7 @@ class RandProjCompressor(Compressor):
     name = "randproj"
     Config = RandProjConfig
     budget_help = "projected dims k, 1 <= k <= d"
+    doc_kind = "dense"  # encode() emits DenseCodes: searched by the dense index (faiss)
     config: RandProjConfig
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
@@ -41,5 +42,5 @@ class RandProjCompressor(Compressor):
 
 
 @hookimpl
-def register_compressors(registry) -> None:  # type: ignore[no-untyped-def]
+def register_compressors(registry: CompressorRegistry) -> None:
     registry.add(RandProjCompressor)
