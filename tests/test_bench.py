@@ -228,16 +228,44 @@ def test_param_flag_must_name_a_benchmarked_method() -> None:
     assert result.exit_code == 2 and "METHOD.NAME=VALUE" in result.stderr
 
 
-def test_scale_flag_adds_the_sweep(tmp_path: Path) -> None:
+def test_scale_study_searches_every_method_through_its_own_index(tmp_path: Path) -> None:
+    """``--scale N``: the corpus plus perturbed copies, every method at its default budget through its own index,
+    faiss flat / HNSW / IVF-PQ beside it; the copies are distractors, so quality can only drop."""
     np.savez(tmp_path / "tiny.npz", **_arrays())
     out = tmp_path / "out"
-    result = runner.invoke(app, ["bench", "--data", str(tmp_path / "tiny.npz"), "--methods", "mrl", "--budgets", "8",
-                                 "--out", str(out), "--rounds", "1", "--warmup", "0", "--batch-size", "16", "--scale",
-                                 "--scale-sizes", "500,1000", "--quiet"])
+    result = runner.invoke(app, ["bench", "--data", str(tmp_path / "tiny.npz"), "--methods", "mrl,csr,int8", "--budgets",
+                                 "8", "--out", str(out), "--rounds", "1", "--warmup", "0", "--batch-size", "16",
+                                 "--scale", "3000", "--scale-baselines", "flat,hnsw,ivfpq", "--scale-check", "20", "--quiet",
+                                 "-p", "csr.epochs=1", "-p", "csr.hidden=64", "-p", "csr.k=4"])
     assert result.exit_code == 0, result.output
-    scale = json.loads((out / "results.json").read_text())["scale"]
-    assert [(r["kind"], r["n"]) for r in scale] == [("dense", 500), ("sparse", 500), ("dense", 1000), ("sparse", 1000)]
-    assert (out / "scale.png").is_file() and "## Scale sweep" in (out / "report.md").read_text()
+    report = json.loads((out / "results.json").read_text())
+    scale = {r["method"]: r for r in report["scale"]}
+    assert set(scale) == {"faiss-flat", "faiss-hnsw", "faiss-ivfpq", "mrl", "csr", "int8"}
+    assert all(r["n"] == 3000 for r in report["scale"])
+    assert scale["faiss-flat"]["neighbour_recall_at_10"] == 1.0 and scale["faiss-flat"]["speedup_vs_flat"] == 1.0
+    assert scale["csr"]["backend"] == "numba-rows" and scale["csr"]["k"] is None and not scale["csr"]["brute_force"]
+    assert scale["csr"]["active_dims"] == 4 and scale["csr"]["index_mb"] > 0
+    assert scale["csr"]["score_check"] == {"queries": 20, "identical_top_10": 1.0}
+    assert scale["int8"]["score_check"]["identical_top_10"] == 1.0
+    small = {(r["method"], r["k"]): r for r in report["rows"]}
+    assert scale["mrl"]["ndcg_at_10"] <= small[("mrl", 8)]["ndcg_at_10"] + 1e-9 or scale["mrl"]["k"] is None
+    assert scale["faiss-flat"]["ndcg_at_10"] <= small[("float32", None)]["ndcg_at_10"] + 1e-9
+    assert (out / "scale.png").is_file() and "## Scale study: 3,000 rows" in (out / "report.md").read_text()
+
+
+def test_scaled_corpus_keeps_the_corpus_first_and_row_norms() -> None:
+    from adaptemb.evaluate.scale import scaled_corpus
+
+    corpus = np.random.default_rng(0).standard_normal((50, 16)).astype(np.float32) * 3
+    rows = scaled_corpus(corpus, 170, noise=0.5, seed=1)
+    assert rows.shape == (170, 16) and rows.dtype == np.float32
+    np.testing.assert_array_equal(rows[:50], corpus)
+    copies = rows[50:]
+    nearest = (copies / np.linalg.norm(copies, axis=1, keepdims=True)) @ (corpus / np.linalg.norm(corpus, axis=1, keepdims=True)).T
+    assert 0.8 < float(np.median(nearest.max(axis=1))) < 0.99  # close to their source row, not identical to it
+    np.testing.assert_allclose(np.sort(np.linalg.norm(copies, axis=1)), np.sort(np.linalg.norm(copies, axis=1)))
+    with pytest.raises(ValueError, match="smaller than the corpus"):
+        scaled_corpus(corpus, 10, noise=0.5)
 
 
 def test_default_methods_are_every_registered_one_third_party_included(toy_methods: None) -> None:

@@ -8,7 +8,6 @@ import pytest
 from adaptemb.codes import DenseCodes
 from adaptemb.evaluate.latency import (
     query_batch,
-    scale_sweep,
     summarize,
     synthetic_dense,
     synthetic_sparse,
@@ -56,13 +55,6 @@ def test_synthetic_codes() -> None:
     assert all(len(np.unique(row)) == 16 for row in sparse.indices)  # distinct active dims
     assert sparse.indices.max() < 64 and (sparse.values >= 0).all()
     np.testing.assert_array_equal(synthetic_sparse(20, 64, 16, seed=3).indices, synthetic_sparse(20, 64, 16, seed=3).indices)
-
-
-def test_scale_sweep_rows() -> None:
-    rows = scale_sweep([300, 600], dense_dim=8, sparse_dim=32, active=4, batch_size=16, warmup=0, rounds=1)
-    assert [(r["kind"], r["n"]) for r in rows] == [("dense", 300), ("sparse", 300), ("dense", 600), ("sparse", 600)]
-    assert rows[0]["bytes_per_vector"] == 32 and rows[1]["active_dims"] == 4
-    assert all(r["median_s"] > 0 and r["device"] == "cpu" for r in rows)
 
 
 def test_time_search_over_an_index() -> None:

@@ -152,3 +152,15 @@ def test_matches_loop_implementation_on_random_data() -> None:
     assert got.recall_at_100 == pytest.approx(expected["r100"], abs=1e-12)
     assert got.mrr_at_10 == pytest.approx(expected["mrr"], abs=1e-12)
     assert 0.05 < got.ndcg_at_10 < 1.0
+
+
+def test_same_top_k_allows_only_ties_at_the_cut() -> None:
+    from adaptemb.evaluate.metrics import same_top_k
+
+    want = (np.array([[0.9, 0.5, 0.3], [0.9, 0.5, 0.3]]), np.array([[4, 7, 1], [4, 7, 1]]))
+    got = (np.array([[0.9, 0.5, 0.3], [0.9, 0.5, 0.2]]), np.array([[4, 7, 2], [4, 7, 9]]))
+    assert same_top_k(got, want).tolist() == [True, False]  # row 0: doc 2 ties doc 1 at the cut; row 1: it does not
+    wrong = (np.array([[0.9, 0.5, 0.3]]), np.array([[4, 8, 1]]))  # doc 8 is not tied at the cut
+    assert same_top_k(wrong, (want[0][:1], want[1][:1])).tolist() == [False]
+    lower = (np.array([[0.9, 0.5, 0.29]]), np.array([[4, 7, 1]]))
+    assert same_top_k(lower, (want[0][:1], want[1][:1])).tolist() == [False]

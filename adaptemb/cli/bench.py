@@ -59,8 +59,18 @@ def bench_command(
     rerank: Annotated[bool, typer.Option("--rerank", help="Add funnel rows: shortlist with codes, rerank with float32 / int8.")] = False,
     shortlist: Annotated[int, typer.Option("--shortlist", min=1, help="Shortlist size for --rerank.")] = 100,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seed for fitting and sampling.")] = 0,
-    scale: Annotated[bool, typer.Option("--scale", help="Also sweep database size with synthetic codes (dense vs sparse).")] = False,
-    scale_sizes: Annotated[str, typer.Option("--scale-sizes", help="Database sizes for --scale.")] = "10000,100000,300000",
+    scale: Annotated[int, typer.Option(
+        "--scale", min=0, help="Also search every method through its own index at N rows (the corpus plus "
+        "noise-perturbed copies), beside faiss flat / HNSW / IVF-PQ; 0: off.")] = 0,
+    scale_budgets: Annotated[str, typer.Option(
+        "--scale-budgets", help="Budgets k for --scale: 'default' (each method's default) or a comma list.")] = "default",
+    scale_noise: Annotated[float, typer.Option(
+        "--scale-noise", min=0.0, help="--scale copies: Gaussian noise norm relative to the row's norm.")] = 0.75,
+    scale_baselines: Annotated[str, typer.Option(
+        "--scale-baselines", help="faiss baselines for --scale: any of flat,hnsw,ivfpq (flat always runs).")] = "flat,hnsw,ivfpq",
+    scale_check: Annotated[int, typer.Option(
+        "--scale-check", min=0, help="--scale: check each index's top-10 against brute force through score() "
+        "on this many queries.")] = 0,
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="Timed rounds per latency measurement.")] = 5,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Warm-up rounds before timing.")] = 1,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Queries per timed batch.")] = 512,
@@ -70,9 +80,9 @@ def bench_command(
 ) -> None:
     """Benchmark compression methods on a dataset: NDCG@10, recall, MRR, 1-NN, bytes/vector, latency."""
     from adaptemb.datasets import load_dataset
-    from adaptemb.evaluate.latency import scale_sweep, timed
     from adaptemb.evaluate.report import print_table, write_report
     from adaptemb.evaluate.runner import BenchConfig, check_methods, run_bench
+    from adaptemb.evaluate.scale import ScaleConfig
 
     console = Console(stderr=True, quiet=quiet)
     names = [m.strip() for m in methods.split(",") if m.strip()] if methods is not None else default_methods()
@@ -82,20 +92,23 @@ def bench_command(
     unknown = sorted(set(method_params(param or [])) - set(names))
     if unknown:
         raise ValueError(f"--param names method(s) {', '.join(unknown)} that are not in --methods ({', '.join(names)})")
+    scale_config = None
+    if scale:
+        scale_ks: tuple[int | None, ...] = (None,) if scale_budgets.strip() == "default" else tuple(
+            parse_ints(scale_budgets, "--scale-budgets"))
+        scale_config = ScaleConfig(rows=scale, noise=scale_noise, budgets=scale_ks, device=device, seed=seed,
+                                   baselines=tuple(b.strip() for b in scale_baselines.split(",") if b.strip()),
+                                   batch_size=batch_size, warmup=warmup, rounds=min(rounds, 3), progress=not quiet,
+                                   check_queries=scale_check)
     config = BenchConfig(methods=names, budgets=parse_ints(budgets, "--budgets"), device=device, rerank=rerank,
                          shortlist=shortlist, seed=seed, rounds=rounds, warmup=warmup, batch_size=batch_size,
-                         method_params=method_params(param or []), fit_progress=not quiet)
+                         method_params=method_params(param or []), fit_progress=not quiet, scale=scale_config)
     progress = (lambda msg: console.print(f"[dim]… {msg}[/dim]"))
     progress(f"loading dataset {data}")
     with warnings.catch_warnings():  # ignored extra arrays become a note of the report instead
         warnings.simplefilter("ignore", UserWarning)
         dataset = load_dataset(data, seed=seed, progress=not quiet)
     result = run_bench(dataset, config, progress=progress)
-    if scale:
-        result.scale, sweep_s = timed(lambda: scale_sweep(parse_ints(scale_sizes, "--scale-sizes"), device=device,
-                                                          batch_size=batch_size, warmup=warmup, rounds=min(rounds, 3),
-                                                          seed=seed, progress=progress))
-        result.total_s += sweep_s
     files = write_report(result, out)
     stdout = Console(width=None if sys.stdout.isatty() else 220)  # piped output: do not squeeze the table
     print_table(result, stdout)

@@ -4,7 +4,7 @@
 loads matplotlib.
 """
 
-from adaptemb.evaluate.latency import LatencyStats, scale_sweep, time_rounds, time_search
+from adaptemb.evaluate.latency import LatencyStats, time_rounds, time_search
 from adaptemb.evaluate.machine import machine_info
 from adaptemb.evaluate.metrics import (
     RankingMetrics,
@@ -16,12 +16,14 @@ from adaptemb.evaluate.metrics import (
     recall_at_k,
 )
 from adaptemb.evaluate.runner import BenchConfig, BenchResult, run_bench
+from adaptemb.evaluate.scale import ScaleConfig, run_scale, scaled_corpus
 
 __all__ = [
     "BenchConfig",
     "BenchResult",
     "LatencyStats",
     "RankingMetrics",
+    "ScaleConfig",
     "evaluate_ranking",
     "machine_info",
     "mrr_at_k",
@@ -30,7 +32,8 @@ __all__ = [
     "one_nn_accuracy",
     "recall_at_k",
     "run_bench",
-    "scale_sweep",
+    "run_scale",
+    "scaled_corpus",
     "time_rounds",
     "time_search",
 ]

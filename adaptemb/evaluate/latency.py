@@ -3,8 +3,8 @@
 One round searches one batch of ``batch_size`` queries (512 by default, tiled from the available
 queries when there are fewer). After ``warmup`` untimed rounds, ``rounds`` timed rounds give the
 median and the spread (10th/90th percentiles and the interquartile range) of the batch time. CUDA
-work is synchronised before each clock reading. Also: fit time, encode throughput, and a scale sweep
-over database sizes with synthetic codes (the paper's Fig. 3).
+work is synchronised before each clock reading. Also: wall time of any call, and synthetic dense and
+sparse codes for latency studies on made-up data (``benchmarks/``).
 """
 
 from __future__ import annotations
@@ -12,14 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
 from adaptemb.codes import Codes, DenseCodes, SparseCodes
-from adaptemb.registry import build_index
 
 DEFAULT_BATCH = 512
 
@@ -129,38 +127,3 @@ def synthetic_sparse(n: int, dim: int, active: int, *, seed: int = 0) -> SparseC
     idx = np.sort(rng.integers(0, dim - active + 1, size=(n, active)), axis=1) + np.arange(active)
     values = rng.random((n, active), dtype=np.float32)
     return SparseCodes(idx, values, dim)
-
-
-def scale_sweep(
-    sizes: Iterable[int],
-    *,
-    dense_dim: int = 384,
-    sparse_dim: int = 1536,
-    active: int = 32,
-    device: str = "cpu",
-    batch_size: int = DEFAULT_BATCH,
-    warmup: int = 1,
-    rounds: int = 3,
-    top_k: int = 10,
-    seed: int = 0,
-    progress: Callable[[str], None] | None = None,
-) -> list[dict[str, Any]]:
-    """Dense (``dense_dim`` float32) vs sparse (``active`` of ``sparse_dim``) search latency per database size."""
-    rows = []
-    for n in sizes:
-        for kind in ("dense", "sparse"):
-            if progress:
-                progress(f"scale sweep: {kind} n={n:,}")
-            make = (lambda m, s: synthetic_dense(m, dense_dim, seed=s)) if kind == "dense" else (
-                lambda m, s: synthetic_sparse(m, sparse_dim, active, seed=s)
-            )
-            docs, queries = make(n, seed), make(batch_size, seed + 1)
-            index, build_s = timed(partial(build_index, docs, device=device))
-            stats = time_search(index.search, queries, batch_size=batch_size, warmup=warmup, rounds=rounds, top_k=top_k)
-            rows.append({
-                "kind": kind, "n": int(n), "dim": docs.dim, "active_dims": int(docs.active_counts()[0]),
-                "bytes_per_vector": docs.bytes_per_vector, "backend": index.backend, "device": index.device,
-                "build_s": build_s, **stats.as_dict(),
-            })
-            del docs, index
-    return rows

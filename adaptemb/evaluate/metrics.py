@@ -83,6 +83,29 @@ def neighbour_recall_at_k(ranked_ids: np.ndarray, exact_ids: np.ndarray, k: int 
     return np.array([len(np.intersect1d(a[:k], b[:k])) / k for a, b in zip(ids, exact)])
 
 
+def same_top_k(got: tuple[np.ndarray, np.ndarray], want: tuple[np.ndarray, np.ndarray], *, tol: float = 1e-4) -> np.ndarray:
+    """Per query: whether two top-k lists (scores, ids) hold the same documents, ties at the cut aside.
+
+    Lists agree when their scores match within ``tol`` (relative to the scores' scale) and every id in one
+    list but not the other scores within ``tol`` of the k-th best (an exact tie that either side may break).
+    """
+    got_scores, got_ids = (np.asarray(a) for a in got)
+    want_scores, want_ids = (np.asarray(a) for a in want)
+    if got_ids.shape != want_ids.shape:
+        raise ValueError(f"top-k lists differ in shape: {got_ids.shape} vs {want_ids.shape}")
+    atol = tol * max(1.0, float(np.abs(want_scores).max(initial=0.0)))
+    agree = np.all(np.isclose(got_scores, want_scores, rtol=tol, atol=atol), axis=1)
+    for row in np.flatnonzero(agree):
+        differing = set(got_ids[row].tolist()) ^ set(want_ids[row].tolist())
+        if differing:  # allowed only where both lists end on a tie
+            kth = want_scores[row, -1]
+            agree[row] = bool(np.isclose(got_scores[row, -1], kth, rtol=tol, atol=atol)) and all(
+                np.isclose(score, kth, rtol=tol, atol=atol)
+                for ids, scores in ((got_ids[row], got_scores[row]), (want_ids[row], want_scores[row]))
+                for doc, score in zip(ids, scores) if doc in differing)
+    return agree
+
+
 def one_nn_accuracy(nearest_ids: np.ndarray, corpus_labels: np.ndarray, query_labels: np.ndarray) -> float:
     """Fraction of queries whose nearest corpus row (``nearest_ids`` (q,)) carries the query's label."""
     nearest = np.asarray(nearest_ids).reshape(-1)

@@ -34,15 +34,36 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("batch p10–p90 s", "_spread", "{}"),
     ("fit s", "fit_s", "{:.2f}"),
 ]
+SCALE_COLUMNS: list[tuple[str, str, str]] = [
+    ("method", "method", "{}"),
+    ("k", "k", "{}"),
+    ("backend", "backend", "{}"),
+    ("bytes/vec", "bytes_per_vector", "{:.1f}"),
+    ("NDCG@10", "ndcg_at_10", "{:.4f}"),
+    ("R@10", "recall_at_10", "{:.4f}"),
+    ("NN-R@10", "neighbour_recall_at_10", "{:.3f}"),
+    ("ms/query", "latency_per_query_ms", "{:.4f}"),
+    ("vs flat", "speedup_vs_flat", "{:.1f}x"),
+    ("encode s", "encode_s", "{:.1f}"),
+    ("build s", "index_build_s", "{:.2f}"),
+    ("index MB", "index_mb", "{:.1f}"),
+    ("peak MB", "peak_memory_mb", "{:.0f}"),
+    ("= score()", "_score_check", "{}"),
+]
+"""The scale study's columns (``adaptemb bench --scale N``)."""
 _MACHINE_COLUMNS = ("cpu", "cpu_cores_usable", "gpu")
 
 
 def _cell(row: Row, key: str, fmt: str) -> str:
     if key == "_spread":
         return f"{row['latency_p10_s']:.4f}–{row['latency_p90_s']:.4f}"
+    if key == "_score_check":
+        check = row.get("score_check")
+        return "—" if not check else f"{check['identical_top_10']:.1%} of {check['queries']}"
     value = row.get(key)
     if value is None:
-        return "—" if key != "k" else "fixed" if row.get("method") != "float32" else "—"
+        reference = row.get("method") == "float32" or str(row.get("method")).startswith("faiss-")
+        return "—" if key != "k" or reference else "default"
     return fmt.format(value)
 
 
@@ -57,6 +78,13 @@ def print_table(result: BenchResult, console: Console | None = None) -> None:
     for row in result.rows:
         table.add_row(*(_cell(row, key, fmt) for _, key, fmt in COLUMNS))
     console.print(table)
+    if result.scale:
+        scale = Table(title=f"scale study: {result.scale[0]['n']:,} rows (corpus + noise-perturbed copies)")
+        for title, key, _ in SCALE_COLUMNS:
+            scale.add_column(title, justify="left" if key in ("method", "backend") else "right")
+        for row in result.scale:
+            scale.add_row(*(_cell(row, key, fmt) for _, key, fmt in SCALE_COLUMNS))
+        console.print(scale)
     for note in result.notes:
         console.print(f"[dim]note: {note}[/dim]")
 
@@ -130,26 +158,28 @@ def plot_quality(result: BenchResult, path: Path, *, x: str, xlabel: str, metric
 
 
 def plot_scale(result: BenchResult, path: Path) -> Path:
-    """Search latency per query against database size, dense vs sparse (the scale sweep)."""
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    for kind in sorted({r["kind"] for r in result.scale}):
-        kind_rows = [r for r in result.scale if r["kind"] == kind]
-        first = kind_rows[0]
-        label = f"{kind}: {first['active_dims']} of {first['dim']} dims, {first['bytes_per_vector']:.0f} B/vector ({first['backend']})"
-        ax.plot(*zip(*sorted((r["n"], r["per_query_ms"]) for r in kind_rows)), marker="o", label=label)
-    ax.set_xscale("log"), ax.set_yscale("log")
-    ax.set_xlabel("database rows"), ax.set_ylabel("ms per query (median, batch of 512)")
-    ax.grid(True, which="both", alpha=0.3), ax.legend(fontsize=8)
+    """The scale study: NDCG@10 against ms per query at N rows, one point per method row and faiss baseline."""
+    fig, ax = plt.subplots(figsize=(8, 4.8), dpi=120)
+    for row in result.scale:
+        label = row["method"] if row["k"] is None else f"{row['method']} k={row['k']}"
+        marker = "*" if row["method"].startswith("faiss-") else "o"
+        ax.plot(row["latency_per_query_ms"], row["ndcg_at_10"], marker=marker, linestyle="none", markersize=9,
+                label=f"{label} ({row['bytes_per_vector']:.0f} B)")
+    ax.set_xscale("log")
+    ax.set_xlabel("ms per query (median, batch of 512)"), ax.set_ylabel("NDCG@10")
+    ax.set_title(f"{result.dataset['name']} at {result.scale[0]['n']:,} rows: quality vs search latency")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return path
 
 
-def markdown_table(rows: list[Row]) -> str:
+def markdown_table(rows: list[Row], columns: list[tuple[str, str, str]] = COLUMNS) -> str:
     """The rows as a GitHub Markdown table."""
-    lines = ["| " + " | ".join(t for t, _, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_cell(r, k, f) for _, k, f in COLUMNS) + " |" for r in rows]
+    lines = ["| " + " | ".join(t for t, _, _ in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(r, k, f) for _, k, f in columns) + " |" for r in rows]
     return "\n".join(lines)
 
 
@@ -165,10 +195,13 @@ def write_markdown(result: BenchResult, path: Path, files: dict[str, Path]) -> P
     ]
     parts += [f"- note: {n}" for n in result.notes]
     if result.scale:
-        parts += ["", "## Scale sweep (synthetic codes)", "", "| kind | rows | active of dims | backend | median s / batch | p10–p90 s | ms/query |",
-                  "|---|---|---|---|---|---|---|"]
-        parts += [f"| {r['kind']} | {r['n']:,} | {r['active_dims']} of {r['dim']} | {r['backend']} | {r['median_s']:.3f} | "
-                  f"{r['p10_s']:.3f}–{r['p90_s']:.3f} | {r['per_query_ms']:.3f} |" for r in result.scale]
+        explanation = (
+            "The corpus plus noise-perturbed copies of it, each method encoding all rows and searching them "
+            "through its own index; faiss on the float vectors beside it. NN-R@10: overlap with exact float "
+            "search; vs flat: speed-up over faiss IndexFlatIP; peak MB: memory growth while building and searching."
+        )
+        parts += ["", f"## Scale study: {result.scale[0]['n']:,} rows", "", explanation, "",
+                  markdown_table(result.scale, SCALE_COLUMNS)]
     parts += ["", "## Plots", ""]
     parts += [f"![{name}]({p.name})" for name, p in files.items() if p.suffix == ".png"]
     parts += ["", "## Files", ""] + [f"- [{p.name}]({p.name})" for p in files.values() if p.suffix != ".png"]

@@ -31,6 +31,7 @@ from adaptemb.evaluate.metrics import (
     neighbour_recall_at_k,
     one_nn_accuracy,
 )
+from adaptemb.evaluate.scale import ScaleConfig, run_scale
 from adaptemb.index import FunnelIndex
 from adaptemb.index.bound import CompressedIndex
 from adaptemb.registry import build_index, get_registry
@@ -59,6 +60,8 @@ class BenchConfig:
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     fit_progress: bool = True
     """Passed as ``progress`` to methods whose config has that field (learned methods' training bars)."""
+    scale: ScaleConfig | None = None
+    """With a config, also run the scale study (``adaptemb.evaluate.scale``) on the fitted methods."""
 
 
 @dataclass
@@ -91,6 +94,8 @@ class _Context:
     progress: Callable[[str], None]
     notes: list[str]
     stores: dict[str, Codes | np.ndarray] = field(default_factory=dict)
+    fitted: dict[str, Compressor] = field(default_factory=dict)
+    """The first fit of each method (the one that serves every budget it supports), for the scale study."""
 
 
 def check_methods(methods: list[str]) -> None:
@@ -112,6 +117,7 @@ def run_bench(data: Dataset, config: BenchConfig, progress: Callable[[str], None
     rows = [_reference_row(ctx)]
     for name in config.methods:
         rows.extend(_bench_method(name, ctx))
+    scale = _scale_rows(ctx) if config.scale is not None else []
     return BenchResult(
         dataset=_dataset_info(data),
         config=asdict(config),
@@ -119,7 +125,23 @@ def run_bench(data: Dataset, config: BenchConfig, progress: Callable[[str], None
         rows=rows,
         notes=list(dict.fromkeys(ctx.notes)),  # once each, in order
         total_s=time.perf_counter() - start,
+        scale=scale,
     )
+
+
+def _scale_rows(ctx: _Context) -> list[Row]:
+    """The scale study on each method's first fit, at every scale budget that fit supports."""
+    assert ctx.config.scale is not None
+    plan: list[tuple[Compressor, int | None]] = []
+    for name, compressor in ctx.fitted.items():
+        budgets = compressor.budgets()
+        for k in ctx.config.scale.budgets:
+            if k is None or budgets.low <= k <= budgets.high:
+                plan.append((compressor, None if budgets.fixed else k))
+            else:
+                ctx.notes.append(f"scale: {name} k={k} skipped (valid budgets {budgets.low}..{budgets.high})")
+    ctx.progress(f"scale study: {ctx.config.scale.rows:,} rows, {len(plan)} method rows and faiss baselines")
+    return run_scale(ctx.data, list(dict.fromkeys(plan)), ctx.config.scale, ctx.notes)
 
 
 def _prepare(data: Dataset, config: BenchConfig, progress: Callable[[str], None]) -> _Context:
@@ -176,6 +198,7 @@ def _fitted_budgets(name: str, ctx: _Context) -> list[tuple[Compressor, int | No
     compressor = get_compressor(name, **params)
     ctx.progress(f"{name}: fit on {len(ctx.corpus):,} × {ctx.corpus.shape[1]}")
     _, fit_s = timed(lambda: compressor.fit(ctx.corpus))
+    ctx.fitted[name] = compressor
     budgets = compressor.budgets()
     retrainable = "k" in type(compressor).Config.model_fields
     if budgets.fixed and not retrainable:
