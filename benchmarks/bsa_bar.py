@@ -25,72 +25,30 @@ Results go to ``<out>/bsa_bar_<data>.json`` (one record per run appended, with t
 from __future__ import annotations
 
 import argparse
-import json
-import os
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 import adaptemb
 from adaptemb.cli.models import parse_params
 from adaptemb.datasets import load_dataset
-from adaptemb.datasets.builtin import cache_dir
 from adaptemb.evaluate.machine import machine_info
-from adaptemb.serialization import atomic_write
+
+sys.path.insert(0, str(Path(__file__).parent))
+from records import append_record  # sibling benchmark modules (benchmarks/ is on sys.path)
+from standin768 import definitions_768
 
 HELD_OUT = 3000
-PROXY_TEXTS = 40_000
-PROXY_LAYERS = (3, 6)
-
-
-def minilm_two_layer_embeddings(texts: list[str], batch_size: int = 256) -> np.ndarray:
-    """768-d embeddings: mean-pooled layer-3 and layer-6 states of all-MiniLM-L6-v2, normalised, concatenated."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoModel, AutoTokenizer
-
-    from adaptemb.encoders.text import bundled_minilm_path
-
-    path = str(bundled_minilm_path())
-    tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
-    parts = []
-    with torch.inference_mode():
-        for start in range(0, len(texts), batch_size):
-            batch = tokenizer(texts[start : start + batch_size], padding=True, truncation=True, max_length=128,
-                              return_tensors="pt")
-            states = model(**batch, output_hidden_states=True).hidden_states
-            mask = batch["attention_mask"][..., None].float()
-            pooled = [F.normalize((states[layer] * mask).sum(1) / mask.sum(1), dim=1) for layer in PROXY_LAYERS]
-            parts.append(F.normalize(torch.cat(pooled, dim=1), dim=1).numpy())
-    return np.concatenate(parts).astype(np.float32)
-
-
-def wordnet_768() -> np.ndarray:
-    path = cache_dir() / "datasets" / "wordnet-definitions-minilm-l3l6-768.npy"
-    if path.is_file():
-        return np.load(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    from adaptemb.datasets.wordnet import read_wordnet
-
-    definitions = list(dict.fromkeys(s.definition for s in read_wordnet() if s.definition))
-    order = np.random.default_rng(0).permutation(len(definitions))[:PROXY_TEXTS]
-    embeddings = minilm_two_layer_embeddings([definitions[i] for i in order])
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as handle:  # a handle: np.save would append ".npy" to the temporary name
-            np.save(handle, embeddings)
-
-    atomic_write(path, write)
-    return embeddings
 
 
 def load_rows(name: str) -> np.ndarray:
     if name == "wordnet-384":
         return np.asarray(load_dataset("wordnet-examples").corpus, dtype=np.float32)
     if name == "wordnet-768":
-        return wordnet_768()
+        return definitions_768()
     return np.load(name).astype(np.float32, copy=False)
 
 
@@ -133,15 +91,10 @@ def main() -> None:
     if {"h", "k"} & overrides.keys():
         raise SystemExit("h and k are fixed by the bar (h = 8 d, k = 64); -p overrides any other BSA parameter")
     label = Path(args.data).stem if args.data.endswith(".npy") else args.data
-    out = args.out / f"bsa_bar_{label}.json"
-    records = json.loads(out.read_text()) if out.is_file() else []
     for n in (int(size) for size in args.rows.split(",")):
         machine = machine_info()
         record = {**run(rows, n, overrides, args.seed), "data": label, "machine": machine}
-        print(json.dumps({k: v for k, v in record.items() if k != "machine"}), flush=True)
-        records.append(record)
-        args.out.mkdir(parents=True, exist_ok=True)
-        atomic_write(out, lambda tmp: tmp.write_text(json.dumps(records, indent=1) + "\n"))
+        append_record(args.out / f"bsa_bar_{label}.json", record)
 
 
 if __name__ == "__main__":

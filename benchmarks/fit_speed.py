@@ -23,7 +23,6 @@ machine (``adaptemb.evaluate.machine``) with its load average before and after. 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import sys
@@ -36,11 +35,11 @@ import torch
 import adaptemb
 from adaptemb.datasets import load_dataset
 from adaptemb.evaluate.machine import machine_info
-from adaptemb.serialization import atomic_write
 from adaptemb.threads import physical_cores
 
 sys.path.insert(0, str(Path(__file__).parent))
-from standin768 import definitions_768  # a sibling benchmark module (benchmarks/ is on sys.path)
+from records import append_record  # sibling benchmark modules (benchmarks/ is on sys.path)
+from standin768 import definitions_768
 
 
 def rows_768(n: int = 5000, seed: int = 0) -> np.ndarray:
@@ -106,17 +105,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # one-time imports, not a fit cost
-    out = args.out / "fit_speed.json"
-    records = json.loads(out.read_text()) if out.is_file() else []
     for data in args.data.split(","):
         x = rows_768() if data == "768" else rows_384()
         for method in args.methods.split(","):
             for condition in args.conditions.split(","):
-                record = fit_once(method, x, condition)
-                print(json.dumps({k: v for k, v in record.items() if k != "machine"}), flush=True)
-                records.append(record)
-                args.out.mkdir(parents=True, exist_ok=True)
-                atomic_write(out, lambda tmp: tmp.write_text(json.dumps(records, indent=1) + "\n"))
+                append_record(args.out / "fit_speed.json", fit_once(method, x, condition))
 
 
 if __name__ == "__main__":

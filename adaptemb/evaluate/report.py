@@ -63,7 +63,9 @@ def _cell(row: Row, key: str, fmt: str) -> str:
     value = row.get(key)
     if value is None:
         reference = row.get("method") == "float32" or str(row.get("method")).startswith("faiss-")
-        return "—" if key != "k" or reference else "default"
+        if key != "k" or reference:
+            return "—"
+        return "default" if row.get("variant") == "scale" else "fixed"  # scale rows: each method's default budget
     return fmt.format(value)
 
 
