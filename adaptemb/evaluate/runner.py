@@ -135,9 +135,12 @@ def _scale_rows(ctx: _Context) -> list[Row]:
     plan: list[tuple[Compressor, int | None]] = []
     for name, compressor in ctx.fitted.items():
         budgets = compressor.budgets()
+        if budgets.fixed:  # no budget to choose: one row at its fixed size, as in the main table
+            plan.append((compressor, None))
+            continue
         for k in ctx.config.scale.budgets:
             if k is None or budgets.low <= k <= budgets.high:
-                plan.append((compressor, None if budgets.fixed else k))
+                plan.append((compressor, k))
             else:
                 ctx.notes.append(f"scale: {name} k={k} skipped (valid budgets {budgets.low}..{budgets.high})")
     ctx.progress(f"scale study: {ctx.config.scale.rows:,} rows, {len(plan)} method rows and faiss baselines")
