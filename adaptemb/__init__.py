@@ -27,7 +27,7 @@ from adaptemb.errors import (
 from adaptemb.hookspecs import hookimpl
 from adaptemb.index import Index, SearchResult
 from adaptemb.index.bound import CompressedIndex, Rerank
-from adaptemb.linalg import principal_components
+from adaptemb.linalg import principal_components, unit_rows
 from adaptemb.losses import cosine_distance, info_nce, normalized_mse
 from adaptemb.registry import (
     CompressorInfo,
@@ -95,5 +95,6 @@ __all__ = [
     "save_codes",
     "set_threads",
     "train",
+    "unit_rows",
     "unregister_plugin",
 ]

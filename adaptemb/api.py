@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 from adaptemb.codes import Codes
-from adaptemb.compressor import Array, Compressor
-from adaptemb.errors import CorruptFileError, InvalidConfigError
+from adaptemb.compressor import Array, Budgets, Compressor
+from adaptemb.errors import CorruptFileError
 from adaptemb.index.bound import BRUTE_FORCE, CompressedIndex
 from adaptemb.index.brute import ScoreIndex
 from adaptemb.registry import CompressorInfo, get_index_registry, get_registry
@@ -21,6 +21,7 @@ from adaptemb.serialization import (
     read_codes,
     split_prefix,
 )
+from adaptemb.validation import as_matrix
 
 
 def get_compressor(method: str, **params: Any) -> Compressor:
@@ -40,15 +41,13 @@ def fit(
     """Fit ``method`` on embeddings ``emb`` (n, d) and return the fitted compressor.
 
     ``k`` is the method's budget parameter (training budget for learned sparse methods, default
-    encode budget for the others); methods without a budget reject it. ``pairs``/``labels`` go to
-    methods that learn from them.
+    encode budget for the others); methods without a budget accept only ``k=None`` or ``k=d``, the
+    same rule as ``encode``. ``pairs``/``labels`` go to methods that learn from them.
     """
     cls = get_registry().get(method)
-    if k is not None:
-        if "k" not in cls.Config.model_fields:
-            raise InvalidConfigError(
-                f"{method} has no budget parameter k: it always keeps every dimension; omit k"
-            )
+    if k is not None and "k" not in cls.Config.model_fields:  # no budget: the rule encode applies
+        Budgets.unbudgeted(as_matrix(emb).shape[1]).resolve(k, method)
+    elif k is not None:
         params["k"] = k
     return cls(**params).fit(emb, pairs=pairs, labels=labels)
 

@@ -28,11 +28,20 @@ Array = Any  # a numpy array or torch tensor; validated at run time by adaptemb.
 
 
 class CompressorConfig(pydantic.BaseModel):
-    """Base of every method's configuration. Unknown fields are errors, values are bounded."""
+    """Base of every method's configuration. Unknown fields are errors, values are bounded, and types
+    are strict: ``k=True``, ``k=32.0`` or ``k="32"`` are refused rather than read as an integer."""
 
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True)
 
     seed: int = pydantic.Field(0, ge=0, description="Random seed; equal seeds give identical codes.")
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _numpy_scalars_as_python(cls, data: Any) -> Any:
+        """numpy scalars (``np.int64(32)`` from an array) count as the Python number they hold."""
+        if isinstance(data, dict):
+            return {key: value.item() if isinstance(value, np.generic) else value for key, value in data.items()}
+        return data
 
 
 @dataclass(frozen=True)
@@ -128,12 +137,19 @@ class Compressor(ABC):
         Asymmetric methods declare it (a class attribute or a property: it may depend on the config)."""
         return self.doc_kind if self._scores_symmetrically() else None
 
+    @property
+    def normalizes_rows(self) -> bool:
+        """True for methods that encode each row's direction (they L2-normalise rows first, with
+        ``adaptemb.unit_rows``): scaling a row never changes its code, and all-zero rows, which have no
+        direction, are refused with a ``ValueError``. Override (a property) to declare it."""
+        return False
+
     def _scores_symmetrically(self) -> bool:
         return type(self).encode_queries is Compressor.encode_queries and type(self).score is Compressor.score
 
     def fit(self: _Self, x: Array, *, pairs: tuple[Array, Array] | None = None, labels: Array | None = None) -> _Self:  # noqa: PYI019 (typing.Self is 3.11+; 3.10 is supported)
         """Fit on embeddings ``x`` (n, d); ``pairs`` or ``labels`` where the method learns from them."""
-        matrix = as_matrix(x)
+        matrix = as_matrix(x, nonzero_rows=self.normalizes_rows)
         supervision: dict[str, Any] = {}
         if pairs is not None:
             supervision["pairs"] = self._check_pairs(pairs, matrix.shape[1])
@@ -156,7 +172,7 @@ class Compressor(ABC):
         """Encode embeddings ``x`` (n, d) at budget ``k`` (``None``: the method's default)."""
         self._require_fitted()
         budget = self.budgets().resolve(k, self.name)
-        matrix = as_matrix(x, dim=self.dim)
+        matrix = as_matrix(x, dim=self.dim, nonzero_rows=self.normalizes_rows)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1; got {batch_size}")
         with torch.inference_mode():
@@ -175,8 +191,22 @@ class Compressor(ABC):
     def decode(self, codes: Codes) -> np.ndarray:
         """Reconstruct (n, d) float32 embeddings from codes, for methods that can."""
         self._require_fitted()
+        self._check_decodable(codes)
         with torch.inference_mode():
             return self._decode(codes).float().cpu().numpy()
+
+    def _check_decodable(self, codes: Codes) -> None:
+        """Codes of this method's kind, no wider than its largest budget (else a ValueError naming both)."""
+        if not isinstance(codes, Codes):
+            raise TypeError(f"decode() needs codes from encode(); got {type(codes).__name__}")
+        if self.doc_kind is not None and codes.kind != self.doc_kind:
+            raise TypeError(f"{self.name} decodes its own {self.doc_kind!r} codes; got {codes.kind!r} codes")
+        counts, high = codes.active_counts(), self.budgets().high
+        if len(counts) and int(counts.max()) > high:
+            raise ValueError(
+                f"codes have {int(counts.max())} active dims, but this {self.name} compressor encodes at most "
+                f"{high} (fitted on d={self.dim}); decode codes from this compressor's encode()"
+            )
 
     def index(self, doc_codes: Codes, *, device: str = "auto", k: int | None = None, **options: Any) -> CompressedIndex:
         """A search index over ``doc_codes`` (from this compressor's ``encode``).
@@ -282,7 +312,24 @@ class Compressor(ABC):
             compressor.restore(dim, tensors)
         except (KeyError, ValueError, TypeError, pydantic.ValidationError, RuntimeError, json.JSONDecodeError) as err:
             raise CorruptFileError(f"{source} holds a damaged {cls.name!r} compressor: {err}") from None
+        compressor._check_restored(source)
         return compressor
+
+    def _check_restored(self, source: str | Path) -> None:
+        """Encode one test row as document and as query: tensors whose shapes or values do not fit the
+        config and ``dim`` fail here, at load, with a ``CorruptFileError``, not later in a user's encode."""
+        assert self.dim is not None
+        row = torch.full((1, self.dim), self.dim**-0.5)
+        try:
+            arrays = {**self.encode(row).to_arrays(), **self.encode_queries(row).to_arrays()}
+        except (RuntimeError, ValueError, TypeError, IndexError, KeyError) as err:
+            raise CorruptFileError(
+                f"{source}: the saved {self.name} tensors do not fit its config and dim={self.dim} "
+                f"(encoding a test row failed: {err})"
+            ) from None
+        for name, array in arrays.items():
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                raise CorruptFileError(f"{source}: the saved {self.name} compressor encodes a test row to non-finite {name!r}")
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """The fitted tensors, contiguous and on the CPU (what ``save`` writes)."""
@@ -343,8 +390,8 @@ class Compressor(ABC):
         self._require_fit_input("pairs")
         if not isinstance(pairs, (tuple, list)) or len(pairs) != 2:
             raise TypeError("pairs must be a tuple (anchors, positives) of two (m, d) arrays")
-        anchors = as_matrix(pairs[0], name="pair anchors", dim=dim)
-        positives = as_matrix(pairs[1], name="pair positives", dim=dim)
+        anchors = as_matrix(pairs[0], name="pair anchors", dim=dim, nonzero_rows=self.normalizes_rows)
+        positives = as_matrix(pairs[1], name="pair positives", dim=dim, nonzero_rows=self.normalizes_rows)
         if anchors.shape != positives.shape:
             raise ValueError(f"pair anchors {tuple(anchors.shape)} and positives {tuple(positives.shape)} differ in shape")
         return anchors, positives

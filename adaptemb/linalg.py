@@ -1,8 +1,9 @@
-"""Linear-algebra helpers shared by methods (PCA)."""
+"""Linear-algebra helpers shared by methods (PCA, scale-safe row normalisation)."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 _GRAM_BLOCK_ROWS = 65536
 
@@ -30,3 +31,16 @@ def principal_components(x: torch.Tensor, count: int | None = None) -> tuple[tor
     components = components * torch.sign(components[torch.arange(count), pivot])[:, None]
     variances = eigenvalues[order].clamp_min(0) / max(n - 1, 1)
     return mean.float(), components.float().contiguous(), variances.float()
+
+
+def unit_rows(x: torch.Tensor) -> torch.Tensor:
+    """L2-normalise the rows of ``x`` (…, d) whatever their scale.
+
+    Each row is first divided by its largest magnitude, so the squared norm can neither overflow (rows
+    of 1e30) nor underflow (rows of 1e-30): a row and any positive multiple of it get the same unit row.
+    All-zero rows stay zero (methods that encode directions refuse them at validation). Plain torch ops,
+    so encoders that use it export to ONNX.
+    """
+    peak = x.abs().amax(dim=-1, keepdim=True)
+    scaled = x / torch.where(peak > 0, peak, torch.ones_like(peak))
+    return F.normalize(scaled, dim=-1)

@@ -4,8 +4,9 @@ This module knows file formats, not methods: building a compressor or an index f
 happens above it (``Compressor.from_saved``, ``adaptemb.load``, ``adaptemb.load_index``).
 
 * A compressor file is one safetensors file: the fitted tensors plus string metadata
-  ``format="adaptemb.compressor"``, ``format_version``, ``method``, ``config`` (JSON), ``dim`` and
-  ``adaptemb_version``. An index file (``format="adaptemb.index"``) adds the document codes and the
+  ``format="adaptemb.compressor"``, ``format_version``, ``method``, ``config`` (JSON), ``dim``,
+  ``adaptemb_version`` and ``tensors`` (JSON: each tensor's dtype and shape, checked at load together
+  with finiteness, so a tensor changed after writing is refused by name). An index file (``format="adaptemb.index"``) adds the document codes and the
   backend's arrays under prefixes.
 * A codes file is an ``.npz`` holding the arrays of ``Codes.to_arrays()`` and a JSON header in
   ``__adaptemb__`` (``format="adaptemb.codes"``, ``kind``, ``dim``, ``n``).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 import tempfile
 import zipfile
@@ -40,15 +42,19 @@ INDEX_FORMAT = "adaptemb.index"
 CODES_FORMAT = "adaptemb.codes"
 FORMAT_VERSION = "1"
 _CODES_HEADER = "__adaptemb__"
+_MANIFEST = "tensors"
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """Call ``write(tmp_path)`` and rename the result onto ``path``; remove it on any failure."""
+    """Call ``write(tmp_path)`` and rename the result onto ``path``; remove it on any failure.
+
+    A file that ``path`` replaces keeps its permission bits (a private 0600 model stays private)."""
     target = Path(path)
     if target.is_dir():
         raise IsADirectoryError(f"{target} is a directory; give a file path")
     if not target.parent.exists():
         raise FileNotFoundError(f"folder {target.parent} does not exist")
+    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o666 & ~_current_umask()
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     tmp = Path(tmp_name)
@@ -56,7 +62,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
         write(tmp)
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_current_umask())  # mkstemp makes 0600; give the usual permissions
+        os.chmod(tmp, mode)  # mkstemp makes 0600: keep a replaced file's mode, else the usual permissions
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -82,7 +88,9 @@ def write_tensors(path: str | Path, tensors: Mapping[str, np.ndarray | torch.Ten
             array = array.clone()
         seen.add(array.untyped_storage().data_ptr())
         arrays[name] = array
-    return atomic_write(path, lambda tmp: save_file(arrays, str(tmp), metadata=dict(metadata)))
+    manifest = {name: [str(t.dtype).removeprefix("torch."), list(t.shape)] for name, t in arrays.items()}
+    header = {**metadata, _MANIFEST: json.dumps(manifest, sort_keys=True)}
+    return atomic_write(path, lambda tmp: save_file(arrays, str(tmp), metadata=header))
 
 
 def read_tensors(path: str | Path) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
@@ -120,7 +128,41 @@ def read_adaptemb_file(path: str | Path, expected: str, what: str) -> tuple[dict
             f"{path} uses {what} format version {metadata.get('format_version')!r}; "
             f"this adaptemb ({__version__}) reads version {FORMAT_VERSION}"
         )
+    check_tensors(path, metadata, tensors)
     return metadata, tensors
+
+
+def check_tensors(path: str | Path, metadata: Mapping[str, str], tensors: Mapping[str, torch.Tensor]) -> None:
+    """Refuse, naming the tensor, one whose dtype or shape differs from what the writer recorded
+    (``write_tensors``' manifest) or that holds NaN or infinite values."""
+    manifest = _manifest(path, metadata)
+    if manifest is not None and set(manifest) != set(tensors):
+        raise CorruptFileError(
+            f"{path} holds tensors {sorted(tensors)} but was written with {sorted(manifest)}"
+        )
+    for name, tensor in tensors.items():
+        found = [str(tensor.dtype).removeprefix("torch."), list(tensor.shape)]
+        if manifest is not None and manifest[name] != found:
+            (dtype, shape), (want_dtype, want_shape) = found, manifest[name]
+            raise CorruptFileError(
+                f"{path}: tensor {name!r} is {dtype} of shape {tuple(shape)}, but was written as "
+                f"{want_dtype} of shape {tuple(want_shape)}"
+            )
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CorruptFileError(f"{path}: tensor {name!r} holds NaN or infinite values")
+
+
+def _manifest(path: str | Path, metadata: Mapping[str, str]) -> dict[str, list] | None:
+    """The dtype and shape per tensor recorded at write time (None for files written before it was)."""
+    if _MANIFEST not in metadata:
+        return None
+    try:
+        manifest = json.loads(metadata[_MANIFEST])
+        if not isinstance(manifest, dict) or not all(isinstance(v, list) and len(v) == 2 for v in manifest.values()):
+            raise ValueError("not a mapping of name -> [dtype, shape]")
+    except ValueError as err:
+        raise CorruptFileError(f"{path} has a damaged tensor manifest ({err})") from None
+    return manifest
 
 
 def split_prefix(tensors: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
@@ -165,6 +207,10 @@ def read_codes(path: str | Path) -> Codes:
         raise CorruptFileError(f"{source} is an .npz file but not adaptemb codes (no {_CODES_HEADER} header)")
     try:
         header = json.loads(str(arrays.pop(_CODES_HEADER)))
+    except ValueError as err:
+        raise CorruptFileError(f"{source} has a damaged codes header: {err}") from None
+    _check_codes_header(source, header)
+    try:
         cls = Codes.for_kind(header["kind"])
         codes = cls.from_arrays(arrays, int(header["dim"]))
     except (KeyError, ValueError, TypeError) as err:
@@ -172,6 +218,16 @@ def read_codes(path: str | Path) -> Codes:
     if len(codes) != header.get("n"):
         raise CorruptFileError(f"{source} declares {header.get('n')} rows but holds {len(codes)}")
     return codes
+
+
+def _check_codes_header(source: Path, header: object) -> None:
+    if not isinstance(header, dict) or header.get("format") != CODES_FORMAT:
+        raise CorruptFileError(f"{source} is an .npz file but not adaptemb codes (its header has no format={CODES_FORMAT!r})")
+    if header.get("format_version") != FORMAT_VERSION:
+        raise CorruptFileError(
+            f"{source} uses codes format version {header.get('format_version')!r}; "
+            f"this adaptemb ({__version__}) reads version {FORMAT_VERSION}"
+        )
 
 
 def existing_file(path: str | Path) -> Path:

@@ -11,12 +11,13 @@ FLOAT_DTYPES = "float16, bfloat16, float32 or float64"
 _TORCH_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-def as_matrix(x: Any, *, name: str = "embeddings", dim: int | None = None) -> torch.Tensor:
+def as_matrix(x: Any, *, name: str = "embeddings", dim: int | None = None, nonzero_rows: bool = False) -> torch.Tensor:
     """Validate an (n, d) float array (numpy or torch) and return it as a float32 CPU tensor.
 
     Raises TypeError for a wrong container or dtype and ValueError for a wrong shape, an empty
-    array, non-finite values or a dimension other than ``dim``. Computation happens in float32;
-    float64 inputs are rounded to float32, integer inputs are rejected rather than cast.
+    array, non-finite values, float64 values beyond float32's range, a dimension other than ``dim``
+    or (with ``nonzero_rows``, for methods that encode directions) an all-zero row. Computation
+    happens in float32; float64 inputs are rounded to float32, integer inputs are rejected rather than cast.
     """
     tensor = _to_tensor(x, name)
     if tensor.ndim != 2:
@@ -27,15 +28,33 @@ def as_matrix(x: Any, *, name: str = "embeddings", dim: int | None = None) -> to
         raise ValueError(f"{name} is empty: shape {tuple(tensor.shape)}; need at least one row and one column")
     if dim is not None and d != dim:
         raise ValueError(f"{name} has dimension {d}, but this compressor was fitted on dimension {dim}")
-    tensor = tensor.detach().to(device="cpu", dtype=torch.float32).contiguous()
+    source = tensor.detach()
+    tensor = source.to(device="cpu", dtype=torch.float32).contiguous()
     finite = torch.isfinite(tensor)
     if not bool(finite.all()):
-        bad_rows = torch.nonzero(~finite.all(dim=1)).flatten()
-        raise ValueError(
-            f"{name} contains NaN or infinite values in {bad_rows.numel()} of {n} rows "
-            f"(first at row {int(bad_rows[0])}); all values must be finite"
-        )
+        _raise_not_finite(source, finite, name)
+    if nonzero_rows:
+        zero = ~tensor.ne(0).any(dim=1)
+        if bool(zero.any()):
+            rows = torch.nonzero(zero).flatten()
+            raise ValueError(
+                f"{name} has all-zero rows ({rows.numel()} of {n}, first at row {int(rows[0])}); this method "
+                "encodes each row's direction (rows are L2-normalised), and a zero row has none"
+            )
     return tensor
+
+
+def _raise_not_finite(source: torch.Tensor, finite32: torch.Tensor, name: str) -> None:
+    """A ValueError for rows that are not finite in float32: NaN/inf in the input, or float64 beyond float32."""
+    bad_rows = torch.nonzero(~finite32.all(dim=1)).flatten()
+    where = f"in {bad_rows.numel()} of {len(source)} rows (first at row {int(bad_rows[0])})"
+    if bool(torch.isfinite(source).all()):  # finite in its own dtype: too large for float32
+        peak = float(source.abs().max())
+        raise ValueError(
+            f"{name} overflows float32 {where}: largest magnitude {peak:.3g} > {torch.finfo(torch.float32).max:.3g}; "
+            "computation is in float32, so rescale the rows (their direction is what most methods encode)"
+        )
+    raise ValueError(f"{name} contains NaN or infinite values {where}; all values must be finite")
 
 
 def as_vector(x: Any, *, name: str, length: int, integer: bool = False) -> np.ndarray:

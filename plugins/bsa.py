@@ -42,6 +42,7 @@ from adaptemb import (
     hookimpl,
     index_dtype,
     train,
+    unit_rows,
 )
 
 from .bsa_model import THRESHOLD, BSAFixedEncoder, BSAModel
@@ -126,13 +127,17 @@ class BSACompressor(Compressor):
     config: BSAConfig
 
     @property
+    def normalizes_rows(self) -> bool:
+        return True
+
+    @property
     def query_kind(self) -> str:
         return "projected" if self.config.scoring.startswith("asymmetric") else "binary_sparse"
 
     # -- fitting --------------------------------------------------------------------------------
 
     def _fit(self, x: torch.Tensor, **supervision: Any) -> None:
-        x = F.normalize(x, dim=1)
+        x = unit_rows(x)
         h, k = self._sizes(x.shape[1])
         train_rows, held_rows = self._holdout(x)
         model = BSAModel(x.shape[1], h, decoder_bias=self.config.decoder_bias, generator=self.generator)
@@ -207,7 +212,7 @@ class BSACompressor(Compressor):
         if k is not None:
             return super().encode(x, k, batch_size=batch_size)
         self._require_fitted()
-        matrix = as_matrix(x, dim=self.dim)
+        matrix = as_matrix(x, dim=self.dim, nonzero_rows=True)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1; got {batch_size}")
         with torch.inference_mode():
@@ -235,7 +240,7 @@ class BSACompressor(Compressor):
 
     def activations(self, x: torch.Tensor) -> torch.Tensor:
         """Soft activations ``s`` (n, h) of rows ``x`` (L2-normalised first)."""
-        return self._model.activations(F.normalize(x, dim=1))
+        return self._model.activations(unit_rows(x))
 
     def _max_active(self) -> int:
         h = self._model.encoder.shape[0]
@@ -257,7 +262,7 @@ class BSACompressor(Compressor):
         if not self.config.scoring.startswith("asymmetric"):
             return self.encode(x, k=k)
         self._require_fitted()
-        q = F.normalize(as_matrix(x, name="queries", dim=self.dim), dim=1)
+        q = unit_rows(as_matrix(x, name="queries", dim=self.dim, nonzero_rows=True))
         with torch.inference_mode():
             projected, offset = q @ self._model.decoder.T, q @ self._model.decoder_bias
         return ProjectedQueries(projected.contiguous().numpy(), offset.contiguous().numpy())

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from adaptemb import unit_rows
+
 THRESHOLD = 0.5
 """A feature is active when ``s >= THRESHOLD`` (natural mode and training alike)."""
 STATE_NAMES = ("encoder", "encoder_bias", "center", "decoder", "decoder_bias")
@@ -86,7 +88,7 @@ class BSAFixedEncoder(nn.Module):
         self.register_buffer("bit_weights", 2.0 ** torch.arange(7, -1, -1, dtype=torch.float32))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
-        s = self.model.activations(F.normalize(x, dim=1))
+        s = self.model.activations(unit_rows(x))
         idx = torch.topk(s, self.k, dim=1).indices
         if not self.bitmap:
             return (torch.sort(idx, dim=1).values,)

@@ -35,6 +35,7 @@ from adaptemb import (
     info_nce,
     normalized_mse,
     train,
+    unit_rows,
 )
 from adaptemb_plugins.csr_model import CSREncoder, CSRModel, geometric_median
 
@@ -92,6 +93,10 @@ class CSRCompressor(Compressor):
     def __init__(self, config: CSRConfig | None = None, **params: Any) -> None:
         super().__init__(config, **params)
         self._model: CSRModel | None = None
+
+    @property
+    def normalizes_rows(self) -> bool:
+        return self.config.normalize == "l2"
 
     @property
     def query_kind(self) -> str:
@@ -221,7 +226,8 @@ class CSRCompressor(Compressor):
             return self.encode(x, k=k)
         self._require_fitted()
         self.budgets().resolve(k, self.name)
-        q = as_matrix(x, name="queries", dim=self.dim)
+        q = as_matrix(x, name="queries", dim=self.dim, nonzero_rows=self.normalizes_rows)
+        q = unit_rows(q) if self.normalizes_rows else q  # the score of a unit query: scale-free, no overflow
         with torch.inference_mode():
             projected, offset = self._fitted_model.project_queries(q)
         return ProjectedQueries(projected.contiguous().numpy(), offset.contiguous().numpy())
@@ -257,7 +263,7 @@ class _Normaliser:
         self.mode, self.shift, self.scale = mode, shift, scale
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return F.normalize(x, dim=1) if self.mode == "l2" else (x - self.shift) / self.scale
+        return unit_rows(x) if self.mode == "l2" else (x - self.shift) / self.scale
 
 
 # -- the objective (fit only) -----------------------------------------------------------------------

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from adaptemb import unit_rows
+
 NORMALIZATIONS = ("l2", "none", "standardize")
 
 
@@ -93,7 +95,7 @@ class CSRModel(nn.Module):
     def normalise(self, x: torch.Tensor) -> torch.Tensor:
         """The input normalisation: unit rows (``l2``) or ``(x − shift) / scale``."""
         if self.normalize == "l2":
-            return F.normalize(x, dim=1)
+            return unit_rows(x)
         return (x - self.shift) / self.scale
 
     def pre_activations(self, x: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 ``adapter="none"`` (default) is plain truncation, right for Matryoshka-trained models (OpenAI
 text-embedding-3, nomic-embed v1.5, ...). For other models ``adapter="linear"`` learns a map
-``z = W (x − b)``, initialised with the PCA rotation, so that every prefix of z keeps the
+``z = W (x/‖x‖ − b)``, initialised with the PCA rotation, so that every prefix of z keeps the
 neighbourhoods of x: the loss sums, over prefixes m ∈ {8, 16, 32, …, d}, the KL divergence between
 in-batch softmax similarities of the normalised prefix and of the input (temperature τ).
 """
@@ -25,6 +25,7 @@ from adaptemb import (
     hookimpl,
     principal_components,
     train,
+    unit_rows,
 )
 
 
@@ -48,11 +49,16 @@ class MRLCompressor(Compressor):
     doc_kind = "dense"
     config: MRLConfig
 
+    @property
+    def normalizes_rows(self) -> bool:
+        return True
+
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
         if self.config.k is not None and self.config.k > x.shape[1]:
             raise ValueError(f"k={self.config.k} is longer than the embeddings (d={x.shape[1]})")
         self._adapter: _Prefix | None = None
         if self.config.adapter == "linear":
+            x = unit_rows(x)  # the adapter maps directions, like the truncation it replaces
             mean, rotation, _ = principal_components(x)
             model = _NestedAdapter(rotation, mean, nested_prefixes(x.shape[1]), self.config.temperature)
             report = train(model, [x], self.config, description="mrl adapter")
@@ -93,7 +99,7 @@ def nested_prefixes(dim: int) -> list[int]:
 
 
 class _Prefix(torch.nn.Module):
-    """The encoder: optionally ``(x − bias) @ weight.T``, then the first k dims, L2-normalised."""
+    """The encoder: optionally ``(unit(x) − bias) @ weight.T``, then the first k dims, L2-normalised."""
 
     output_names = ("values",)
 
@@ -104,8 +110,8 @@ class _Prefix(torch.nn.Module):
         self.register_buffer("bias", bias)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
-        z = x if self.weight is None else (x - self.bias) @ self.weight[: self.k].T
-        return (F.normalize(z[:, : self.k], dim=1),)
+        z = x if self.weight is None else (unit_rows(x) - self.bias) @ self.weight[: self.k].T
+        return (unit_rows(z[:, : self.k]),)
 
 
 class _NestedAdapter(torch.nn.Module):
@@ -119,7 +125,7 @@ class _NestedAdapter(torch.nn.Module):
 
     def training_loss(self, batch: list[torch.Tensor], step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         (x,) = batch
-        unit = F.normalize(x.float(), dim=1)
+        unit = x.float()  # rows are unit-normalised before training
         target = F.log_softmax(unit @ unit.T / self.temperature, dim=1)
         z = (x - self.bias) @ self.weight.T
         losses = {}

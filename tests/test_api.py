@@ -35,8 +35,10 @@ def test_the_issue_tour_runs_end_to_end(x: np.ndarray, tmp_path: Path) -> None:
 
 def test_fit_passes_k_only_to_methods_with_a_budget(x: np.ndarray) -> None:
     assert adaptemb.fit(x, "mrl", k=6).budgets().default == 6
-    with pytest.raises(adaptemb.InvalidConfigError, match="int8 has no budget parameter k"):
+    with pytest.raises(ValueError, match=f"int8 has no budget: it always keeps all {x.shape[1]} dims"):
         adaptemb.fit(x, "int8", k=6)
+    d = x.shape[1]  # k = d is what a method without a budget always keeps: accepted by fit as by encode
+    assert adaptemb.compress(x, "int8", k=d).codes.shape == x.shape
 
 
 def test_unknown_or_invalid_parameters_list_the_valid_ones(x: np.ndarray) -> None:

@@ -93,8 +93,9 @@ def test_int8_and_binary_have_no_budget(corpus: np.ndarray) -> None:
         assert len(compressor.encode(corpus, k=48)) == len(corpus)
         with pytest.raises(ValueError, match=f"{method} has no budget"):
             compressor.encode(corpus, k=32)
-        with pytest.raises(adaptemb.InvalidConfigError, match="has no budget parameter k"):
+        with pytest.raises(ValueError, match=f"{method} has no budget"):  # one rule for fit and encode
             adaptemb.fit(corpus, method, k=32)
+        assert adaptemb.fit(corpus, method, k=48).budgets().high == 48
 
 
 @pytest.mark.parametrize("dim", [7, 64, 384, 1000])

@@ -113,6 +113,8 @@ def test_asymmetric_score_is_query_dot_reconstruction(data, normalize: str, deco
     queries = x[20:23] + 0.1
     query_codes = compressor.encode_queries(queries)
     assert isinstance(query_codes, ProjectedQueries) and query_codes.dim == 64
+    if normalize == "l2":  # the query is L2-normalised like the documents
+        queries = queries / np.linalg.norm(queries, axis=1, keepdims=True)
     expected = queries.astype(np.float64) @ compressor.decode(docs).astype(np.float64).T
     np.testing.assert_allclose(compressor.score(query_codes, docs), expected, rtol=1e-4, atol=1e-4)
 

@@ -126,7 +126,8 @@ def test_codes_files_refuse_foreign_and_damaged_npz(x: np.ndarray, tmp_path: Pat
     codes = adaptemb.compress(x, method="binary")
     adaptemb.save_codes(codes, tmp_path / "codes.npz")
     arrays = dict(np.load(tmp_path / "codes.npz"))
-    arrays["__adaptemb__"] = np.array(json.dumps({"kind": "binary", "dim": 12, "n": 999}))
+    arrays["__adaptemb__"] = np.array(json.dumps({"format": "adaptemb.codes", "format_version": "1",
+                                                  "kind": "binary", "dim": 12, "n": 999}))
     np.savez(tmp_path / "lying.npz", **arrays)
     with pytest.raises(adaptemb.CorruptFileError, match="declares 999 rows but holds 60"):
         adaptemb.load_codes(tmp_path / "lying.npz")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from adaptemb.cli.errors import set_debug
+
 app = typer.Typer(
     name="adaptemb",
     help="Compress frozen embeddings: fit once, encode at any budget, and benchmark the methods.",
@@ -11,3 +13,11 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def options(
+    debug: bool = typer.Option(False, "--debug", help="On an error, show the full traceback instead of one `error:` line."),
+) -> None:
+    """Compress frozen embeddings: fit once, encode at any budget, and benchmark the methods."""
+    set_debug(debug)
