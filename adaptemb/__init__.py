@@ -15,6 +15,7 @@ from adaptemb.codes import (
 from adaptemb.compressor import Budgets, Compressor, CompressorConfig
 from adaptemb.data import load_embeddings
 from adaptemb.devices import resolve_device
+from adaptemb.encoders.onnx import EncoderExport, export_encoder
 from adaptemb.errors import (
     AdaptembError,
     CorruptFileError,
@@ -23,6 +24,7 @@ from adaptemb.errors import (
     InvalidConfigError,
     NotFittedError,
     UnknownCompressorError,
+    UnsupportedExportError,
 )
 from adaptemb.hookspecs import hookimpl
 from adaptemb.index import Index, SearchResult
@@ -40,6 +42,7 @@ from adaptemb.registry import (
     unregister_plugin,
 )
 from adaptemb.serialization import save_codes
+from adaptemb.streaming import EncodeResult, encode_files, read_code_shards
 from adaptemb.threads import set_threads
 from adaptemb.train import FitReport, TrainingConfig, train
 from adaptemb.validation import as_matrix
@@ -59,6 +62,8 @@ __all__ = [
     "DenseCodes",
     "DuplicateCompressorError",
     "DuplicateIndexError",
+    "EncodeResult",
+    "EncoderExport",
     "FitReport",
     "Index",
     "IndexRegistry",
@@ -71,11 +76,14 @@ __all__ = [
     "SparseCodes",
     "TrainingConfig",
     "UnknownCompressorError",
+    "UnsupportedExportError",
     "__version__",
     "as_matrix",
     "build_index",
     "compress",
     "cosine_distance",
+    "encode_files",
+    "export_encoder",
     "fit",
     "get_compressor",
     "get_index_registry",
@@ -90,6 +98,7 @@ __all__ = [
     "load_index",
     "normalized_mse",
     "principal_components",
+    "read_code_shards",
     "register_plugin",
     "resolve_device",
     "save_codes",

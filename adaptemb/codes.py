@@ -26,6 +26,9 @@ class Codes(ABC):
     """Compressed vectors of one kind. Subclasses register themselves by ``kind``."""
 
     kind: ClassVar[str]
+    shared_arrays: ClassVar[tuple[str, ...]] = ()
+    """Names in ``to_arrays()`` stored once for all rows (int8's calibration); every other array is per row:
+    (n, …) arrays, or 1-D arrays of length ``counts.sum()`` split by a per-row ``counts`` array."""
     _kinds: ClassVar[dict[str, type[Codes]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -338,6 +341,7 @@ class QuantizedCodes(Codes):
     """
 
     kind = "int8"
+    shared_arrays = ("scale", "offset")
 
     def __init__(self, codes: np.ndarray, scale: np.ndarray, offset: np.ndarray) -> None:
         if codes.dtype != np.int8 or codes.ndim != 2:

@@ -14,7 +14,13 @@ import torch
 
 from adaptemb._version import __version__
 from adaptemb.codes import Codes
-from adaptemb.errors import CorruptFileError, InvalidConfigError, NotFittedError, did_you_mean
+from adaptemb.errors import (
+    CorruptFileError,
+    InvalidConfigError,
+    NotFittedError,
+    UnsupportedExportError,
+    did_you_mean,
+)
 from adaptemb.export import OnnxParity, export_checked
 from adaptemb.index.bound import CompressedIndex
 from adaptemb.index.brute import ScoreIndex
@@ -46,11 +52,21 @@ class CompressorConfig(pydantic.BaseModel):
 
 @dataclass(frozen=True)
 class Budgets:
-    """The budgets ``k`` (active dims per code) a fitted compressor can encode at."""
+    """The budgets ``k`` (active dims per code) a fitted compressor can encode at.
+
+    ``values``: where only some ``k`` in ``low..high`` are valid (e.g. 4-, 6- and 8-bit scalar
+    quantisation), exactly those; None means every integer in the range. ``bounds_active``: whether ``k``
+    bounds the active dims of a code (False where it counts something else: bits per dimension,
+    sub-quantisers). ``per_fit``: the budget is fixed when fitting (the config's ``k``); encoding at
+    another ``k`` needs another fit (``adaptemb bench`` refits such a method per budget).
+    """
 
     low: int
     high: int
     default: int
+    values: tuple[int, ...] | None = None
+    bounds_active: bool = True
+    per_fit: bool = False
 
     @classmethod
     def unbudgeted(cls, dim: int) -> Budgets:
@@ -62,17 +78,32 @@ class Budgets:
         """True for methods without a budget: they always keep ``high`` dims."""
         return self.low == self.high
 
+    def options(self) -> list[int]:
+        """Every valid budget, ascending."""
+        return list(self.values) if self.values is not None else list(range(self.low, self.high + 1))
+
+    def allows(self, k: int) -> bool:
+        """True when ``k`` is a valid budget."""
+        return self.low <= k <= self.high and (self.values is None or k in self.values)
+
     def resolve(self, k: int | None, method: str) -> int:
         """Return the budget to use for a requested ``k`` (``None`` means the default)."""
         if k is None:
             return self.default
         is_int = isinstance(k, (int, np.integer)) and not isinstance(k, bool)
+        if self.fixed and is_int and k != self.high and self.per_fit:
+            raise ValueError(f"this {method} was fitted for k={self.high} only; got k={k!r}: fit another {method} "
+                             f"with k={k!r} to encode at that budget")
         if self.fixed and is_int and k != self.high:
             raise ValueError(
                 f"{method} has no budget: it always keeps all {self.high} dims; "
                 f"pass k=None (or k={self.high}), got k={k!r}"
             )
-        return check_budget(k, low=self.low, high=self.high, method=method)
+        budget = check_budget(k, low=self.low, high=self.high, method=method)
+        if self.values is not None and budget not in self.values:
+            raise ValueError(f"k={budget} is not a budget of {method}: valid budgets are "
+                             f"{', '.join(str(v) for v in self.values)}")
+        return budget
 
 
 class Compressor(ABC):
@@ -144,6 +175,13 @@ class Compressor(ABC):
         direction, are refused with a ``ValueError``. Override (a property) to declare it."""
         return False
 
+    @property
+    def exportable(self) -> bool:
+        """True when ``encoder(k)`` gives the encode path as one torch module, so ``export_onnx`` and
+        ``adaptemb.export_encoder`` can export this method. Defaults to whether the method overrides
+        ``encoder``; a method that exports only some configurations overrides this property to say so."""
+        return type(self).encoder is not Compressor.encoder
+
     def _scores_symmetrically(self) -> bool:
         return type(self).encode_queries is Compressor.encode_queries and type(self).score is Compressor.score
 
@@ -201,8 +239,9 @@ class Compressor(ABC):
             raise TypeError(f"decode() needs codes from encode(); got {type(codes).__name__}")
         if self.doc_kind is not None and codes.kind != self.doc_kind:
             raise TypeError(f"{self.name} decodes its own {self.doc_kind!r} codes; got {codes.kind!r} codes")
-        counts, high = codes.active_counts(), self.budgets().high
-        if len(counts) and int(counts.max()) > high:
+        counts, budgets = codes.active_counts(), self.budgets()
+        high = budgets.high
+        if budgets.bounds_active and len(counts) and int(counts.max()) > high:
             raise ValueError(
                 f"codes have {int(counts.max())} active dims, but this {self.name} compressor encodes at most "
                 f"{high} (fitted on d={self.dim}); decode codes from this compressor's encode()"
@@ -243,6 +282,37 @@ class Compressor(ABC):
             return None
         return int(counts[0]) if budgets.low <= counts[0] <= budgets.high else None
 
+    def budget_for_bytes(self, nbytes: float, sample: Array | None = None) -> int | None:
+        """The largest budget whose codes take at most ``nbytes`` per vector, or None when even the smallest
+        takes more. How ``adaptemb bench --bytes`` maps a byte budget to each method's own ``k``.
+
+        By default the codes of ``sample`` rows (64 seeded Gaussian rows when None; pass real rows for codes
+        whose size depends on the data) are measured at candidate budgets, assuming size grows with ``k``
+        (binary search). A method fitted for one budget only (``Budgets.per_fit``) overrides this to say
+        which ``k`` another fit would need.
+        """
+        self._require_fitted()
+        options = self.budgets().options()
+        if sample is not None:
+            rows = as_matrix(sample, name="sample", dim=self.dim)
+        else:
+            assert self.dim is not None
+            rows = torch.randn(64, self.dim, generator=self.generator)
+
+        def size(k: int) -> float:
+            return self.encode(rows, k=k).bytes_per_vector
+
+        if size(options[0]) > nbytes:
+            return None
+        low, high = 0, len(options) - 1  # options[low] fits; find the last option that fits
+        while low < high:
+            middle = (low + high + 1) // 2
+            if size(options[middle]) <= nbytes:
+                low = middle
+            else:
+                high = middle - 1
+        return options[low]
+
     def search(self, queries: Array, doc_codes: Codes, top_k: int = 10, *, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Exact search of ``queries`` (raw embeddings) in ``doc_codes``: (scores, ids), each (n_queries, top_k).
 
@@ -256,7 +326,7 @@ class Compressor(ABC):
         """The encode path at budget ``k`` as one torch module (the ONNX export path): float32 (n, d) in, a tuple
         of tensors out, named by its ``output_names`` like the arrays of ``encode(x, k).to_arrays()`` (shared
         tables such as int8 scales excluded). Methods that cannot export raise ``NotImplementedError``."""
-        raise NotImplementedError(f"{self.name} does not support ONNX export")
+        raise UnsupportedExportError(f"{self.name} does not support ONNX export (its exportable is False)")
 
     def export_onnx(self, path: str | Path, k: int | None = None, *, sample: Array | None = None) -> OnnxParity:
         """Export the encoder at budget ``k`` to ONNX and check it against onnxruntime.
@@ -265,6 +335,8 @@ class Compressor(ABC):
         is written only when onnxruntime reproduces ``encode``. Needs ``pip install 'adaptemb[onnx]'``.
         """
         self._require_fitted()
+        if not self.exportable:
+            raise UnsupportedExportError(f"{self.name} cannot be exported to ONNX (its exportable is False)")
         budget = self.budgets().resolve(k, self.name)
         if sample is not None:
             rows = as_matrix(sample, name="sample", dim=self.dim)

@@ -44,6 +44,10 @@ class CorruptFileError(AdaptembError, ValueError):
     """A file that is not what adaptemb wrote, or was damaged."""
 
 
+class UnsupportedExportError(AdaptembError, NotImplementedError):
+    """An ONNX export a method or model cannot make (the method declares no encoder, ``exportable`` is False)."""
+
+
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """Return " (did you mean 'x'?)" for the closest choice (compared case-insensitively), or "" when none is close."""
     by_lower = {choice.lower(): choice for choice in choices}

@@ -127,7 +127,7 @@ class CompressorContract:
             assert codes.to_dense().dtype == np.float32
             active = codes.active_counts()
             assert active.shape == (len(x),)
-            if not budgets.fixed:
+            if not budgets.fixed and budgets.bounds_active:
                 assert active.max() <= (budgets.default if k is None else k)
 
     def test_batched_encoding_equals_one_pass(self, contract_fitted: Compressor, contract_data: Data) -> None:
@@ -276,5 +276,6 @@ class CompressorContract:
 
 def _budgets_to_check(compressor: Compressor) -> list[int | None]:
     budgets = compressor.budgets()
-    chosen = [None, budgets.low, (budgets.low + budgets.high) // 2, budgets.high]
+    middle = (budgets.low + budgets.high) // 2 if budgets.values is None else budgets.values[len(budgets.values) // 2]
+    chosen = [None, budgets.low, middle, budgets.high]
     return list(dict.fromkeys(chosen))

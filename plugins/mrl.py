@@ -28,6 +28,8 @@ from adaptemb import (
     unit_rows,
 )
 
+from .value_storage import LEVELS, StoreValues, Values, as_codes, code_kind
+
 
 class MRLConfig(TrainingConfig):
     k: int | None = Field(None, ge=1, description="Default prefix length; None uses all d dims.")
@@ -37,6 +39,9 @@ class MRLConfig(TrainingConfig):
     temperature: float = Field(0.1, gt=0, description="Adapter only: softmax temperature of the similarity KL loss.")
     epochs: int = Field(5, ge=1, description="Adapter only: passes over the rows (at most).")
     batch_size: int = Field(512, ge=2, description="Adapter only: rows per step (the in-batch neighbourhood).")
+    values: Values = Field(
+        "float32", description="How each kept value is stored: float32 (4 B), float16 (2 B) or int8 (1 B; per prefix "
+        "length, one range: the largest |value| of the fit rows' normalised prefixes).")
 
 
 class MRLCompressor(Compressor):
@@ -46,8 +51,11 @@ class MRLCompressor(Compressor):
     Config = MRLConfig
     budget_help = "prefix length m, 1 <= m <= d"
     test_params: ClassVar[dict[str, Any]] = {"epochs": 1, "progress": False}
-    doc_kind = "dense"
     config: MRLConfig
+
+    @property
+    def doc_kind(self) -> str:  # type: ignore[override]  # depends on the values option
+        return code_kind(self.config.values)
 
     @property
     def normalizes_rows(self) -> bool:
@@ -64,29 +72,58 @@ class MRLCompressor(Compressor):
             report = train(model, [x], self.config, description="mrl adapter")
             self.fit_report = report.as_dict()
             self._adapter = _Prefix(x.shape[1], model.weight.detach().cpu(), model.bias.detach().cpu())
+        self._range = prefix_ranges(self._float_encoder(x.shape[1])(x)[0]) if self.config.values == "int8" else None
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
-        return DenseCodes(self.encoder(k)(x)[0].numpy())
+        if self.config.values == "float32":
+            return DenseCodes(self.encoder(k)(x)[0].numpy())
+        return as_codes(self.encoder(k)(x)[0], self.config.values, *self._calibration(k))
 
-    def encoder(self, k: int) -> torch.nn.Module:
+    def _float_encoder(self, k: int) -> torch.nn.Module:
         if self._adapter is None:
             return _Prefix(k)
         return _Prefix(k, self._adapter.weight[:k], self._adapter.bias)
+
+    def _calibration(self, k: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        if self._range is None:
+            return None, None
+        return torch.full((k,), float(self._range[k - 1]) / LEVELS), torch.zeros(k)
+
+    def encoder(self, k: int) -> torch.nn.Module:
+        if self.config.values == "float32":
+            return self._float_encoder(k)
+        return StoreValues(self._float_encoder(k), self.config.values, *self._calibration(k))
 
     def _budgets(self) -> Budgets:
         assert self.dim is not None
         return Budgets(low=1, high=self.dim, default=self.config.k or self.dim)
 
     def _state(self) -> dict[str, torch.Tensor]:
+        state = {} if self._range is None else {"value_range": self._range}
         if self._adapter is None:
-            return {}
-        return {"weight": self._adapter.weight, "bias": self._adapter.bias}
+            return state
+        return {**state, "weight": self._adapter.weight, "bias": self._adapter.bias}
 
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         expected = {"weight", "bias"} if self.config.adapter == "linear" else set()
+        if self.config.values == "int8":
+            expected.add("value_range")
         if set(tensors) != expected:
-            raise ValueError(f"mrl with adapter={self.config.adapter!r} stores {sorted(expected)}; found {sorted(tensors)}")
-        self._adapter = None if not tensors else _Prefix(tensors["weight"].shape[0], tensors["weight"], tensors["bias"])
+            raise ValueError(f"mrl with adapter={self.config.adapter!r}, values={self.config.values!r} stores "
+                             f"{sorted(expected)}; found {sorted(tensors)}")
+        self._range = tensors.get("value_range")
+        self._adapter = None if "weight" not in tensors else _Prefix(
+            tensors["weight"].shape[0], tensors["weight"], tensors["bias"])
+
+
+def prefix_ranges(z: torch.Tensor) -> torch.Tensor:
+    """For each prefix length m = 1..d: the largest |value| in the unit-normalised first m dims of any row
+    of ``z`` (running maximum of |z| over the running norm), the int8 range of that prefix length."""
+    magnitude = z.abs().double()
+    peak = torch.cummax(magnitude, dim=1).values
+    norm = torch.sqrt(torch.cumsum(magnitude**2, dim=1))
+    ratio = torch.where(norm > 0, peak / norm.clamp_min(1e-30), torch.zeros_like(norm))
+    return ratio.max(dim=0).values.clamp_min(1e-12).float()
 
 
 def nested_prefixes(dim: int) -> list[int]:

@@ -16,9 +16,12 @@ from adaptemb import (
     principal_components,
 )
 
+from .value_storage import VALUES_HELP, StoreValues, Values, as_codes, calibrate, code_kind
+
 
 class SVDConfig(CompressorConfig):
     k: int | None = Field(None, ge=1, description="Principal components kept, and the default rank; None keeps d.")
+    values: Values = Field("float32", description=VALUES_HELP)
 
 
 class SVDCompressor(Compressor):
@@ -27,8 +30,11 @@ class SVDCompressor(Compressor):
     name = "svd"
     Config = SVDConfig
     budget_help = "rank r, 1 <= r <= components kept (all d by default)"
-    doc_kind = "dense"
     config: SVDConfig
+
+    @property
+    def doc_kind(self) -> str:  # type: ignore[override]  # depends on the values option
+        return code_kind(self.config.values)
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
         d = x.shape[1]
@@ -36,27 +42,47 @@ class SVDCompressor(Compressor):
         if kept > d:
             raise ValueError(f"k={kept} components requested, but the embeddings have only d={d} dims")
         self._mean, self._components, self._variance = principal_components(x, kept)
+        self._scale = self._offset = None
+        if self.config.values == "int8":
+            self._scale, self._offset = calibrate((x - self._mean) @ self._components.T)
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
-        return DenseCodes(((x - self._mean) @ self._components[:k].T).numpy())
+        if self.config.values == "float32":
+            return DenseCodes(((x - self._mean) @ self._components[:k].T).numpy())
+        (stored,) = self.encoder(k)(x)
+        return as_codes(stored, self.config.values, *self._calibration(k))
+
+    def _calibration(self, k: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        if self._scale is None or self._offset is None:
+            return None, None
+        return self._scale[:k], self._offset[:k]
 
     def _decode(self, codes: Codes) -> torch.Tensor:
         values = torch.from_numpy(codes.to_dense())
         return values @ self._components[: values.shape[1]] + self._mean
 
     def encoder(self, k: int) -> torch.nn.Module:
-        return _Projection(self._mean, self._components[:k])
+        projection = _Projection(self._mean, self._components[:k])
+        if self.config.values == "float32":
+            return projection
+        return StoreValues(projection, self.config.values, *self._calibration(k))
 
     def _budgets(self) -> Budgets:
         kept = self._components.shape[0]
         return Budgets(low=1, high=kept, default=kept)
 
     def _state(self) -> dict[str, torch.Tensor]:
-        return {"mean": self._mean, "components": self._components, "explained_variance": self._variance}
+        state = {"mean": self._mean, "components": self._components, "explained_variance": self._variance}
+        if self._scale is not None and self._offset is not None:
+            state.update(value_scale=self._scale, value_offset=self._offset)
+        return state
 
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         self._mean, self._components = tensors["mean"], tensors["components"]
         self._variance = tensors["explained_variance"]
+        self._scale, self._offset = tensors.get("value_scale"), tensors.get("value_offset")
+        if (self.config.values == "int8") != (self._scale is not None and self._offset is not None):
+            raise ValueError(f"svd with values={self.config.values!r} stores value_scale/value_offset only for int8")
         if self._components.ndim != 2 or self._components.shape[1] != self._mean.shape[0]:
             raise ValueError(f"components {tuple(self._components.shape)} do not match mean {tuple(self._mean.shape)}")
 

@@ -64,7 +64,7 @@ def test_configs_are_frozen_and_compressors_describe_themselves(x: np.ndarray) -
     with pytest.raises(Exception, match="frozen"):
         comp.config.k = 5  # type: ignore[misc]
     assert "unfitted" in repr(comp) and "dim=16" in repr(comp.fit(x))
-    assert set(type(comp).parameters()) == {"seed", "k"}
+    assert set(type(comp).parameters()) == {"seed", "k", "values"}
 
 
 def test_search_returns_best_first_ids_and_scores(x: np.ndarray) -> None:

@@ -25,7 +25,7 @@ def test_file_holds_tensors_and_readable_metadata(x: np.ndarray, tmp_path: Path)
         meta = handle.metadata()
         assert set(handle.keys()) == {"mean", "components", "explained_variance"}
     assert meta["format"] == "adaptemb.compressor" and meta["method"] == "svd" and meta["dim"] == "12"
-    assert json.loads(meta["config"]) == {"seed": 0, "k": 4}
+    assert json.loads(meta["config"]) == {"seed": 0, "k": 4, "values": "float32"}
     assert meta["adaptemb_version"] == adaptemb.__version__
     assert "pickle" not in path.read_bytes()[:2000].decode("latin-1").lower()
 

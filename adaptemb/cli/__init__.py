@@ -7,6 +7,7 @@ from adaptemb.cli import (
     bench,  # noqa: F401  bench
     datasets,  # noqa: F401  datasets list, build, info
     models,  # noqa: F401  plugins, fit, compress, export, info
+    stream,  # noqa: F401  encode, export-codes
 )
 from adaptemb.cli.app import app
 

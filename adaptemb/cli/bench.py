@@ -14,6 +14,7 @@ from adaptemb.cli.app import app
 from adaptemb.cli.errors import friendly_errors
 
 DEFAULT_BUDGETS = "16,32,64,128"
+DEFAULT_BYTES = "16,32,64,128"
 
 
 def parse_ints(text: str, what: str) -> list[int]:
@@ -53,7 +54,12 @@ def bench_command(
     data: Annotated[str, typer.Option("--data", help="Dataset file, folder or built-in name.")] = "default",
     methods: Annotated[str | None, typer.Option(
         "--methods", help="Comma list of registered methods (default: every registered one; `adaptemb plugins` lists them).")] = None,
-    budgets: Annotated[str, typer.Option("--budgets", help="Comma list of budgets k (active dims).")] = DEFAULT_BUDGETS,
+    budgets: Annotated[str | None, typer.Option(
+        "--budgets", help="Comma list of budgets k in each method's own unit (active dims, bits, sub-quantisers); "
+        "instead of --bytes.")] = None,
+    nbytes: Annotated[str | None, typer.Option(
+        "--bytes", help="Comma list of byte budgets per vector (default 16,32,64,128): each method encodes at its "
+        "largest k whose codes fit, so every method is compared at equal bytes.")] = None,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
     out: Annotated[Path, typer.Option("--out", help="Folder for results.json/.csv, plots and report.md.")] = Path("bench-results"),
     rerank: Annotated[bool, typer.Option("--rerank", help="Add funnel rows: shortlist with codes, rerank with float32 / int8.")] = False,
@@ -100,7 +106,11 @@ def bench_command(
                                    baselines=tuple(b.strip() for b in scale_baselines.split(",") if b.strip()),
                                    batch_size=batch_size, warmup=warmup, rounds=min(rounds, 3), progress=not quiet,
                                    check_queries=scale_check)
-    config = BenchConfig(methods=names, budgets=parse_ints(budgets, "--budgets"), device=device, rerank=rerank,
+    if budgets is not None and nbytes is not None:
+        raise ValueError("pass --bytes (byte budgets) or --budgets (each method's own k), not both")
+    byte_budgets = None if budgets is not None else parse_ints(nbytes or DEFAULT_BYTES, "--bytes")
+    config = BenchConfig(methods=names, budgets=parse_ints(budgets or DEFAULT_BUDGETS, "--budgets"), bytes=byte_budgets,
+                         device=device, rerank=rerank,
                          shortlist=shortlist, seed=seed, rounds=rounds, warmup=warmup, batch_size=batch_size,
                          method_params=method_params(param or []), fit_progress=not quiet, scale=scale_config)
     progress = (lambda msg: console.print(f"[dim]… {msg}[/dim]"))

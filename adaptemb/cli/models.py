@@ -1,4 +1,4 @@
-"""Commands that manage compressors: plugins, fit, compress, export, info."""
+"""Commands that manage compressors: plugins, fit, compress, export, export-encoder, info."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -109,6 +110,61 @@ def export_command(
     rows = load_embeddings(sample, key=key) if sample is not None else None
     parity = load(model).export_onnx(output, k=k, sample=rows)
     console.print(f"wrote {output}; {parity}")
+
+
+class ModelKind(str, Enum):
+    """What export-encoder's backbone takes."""
+
+    auto = "auto"
+    text = "text"
+    image = "image"
+
+
+class Quantize(str, Enum):
+    """ONNX quantisation of the backbone in export-encoder."""
+
+    none = "none"
+    dynamic = "dynamic"
+
+
+@app.command("export-encoder")
+@friendly_errors
+def export_encoder_command(
+    compressor: Annotated[Path, typer.Option("--compressor", "-c", help="A fitted compressor file from `adaptemb fit`.")],
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", help="Where to write the ONNX encoder (.onnx); text models also get tokenizer.json beside it.")],
+    model: Annotated[str | None, typer.Option(
+        "--model", help="Backbone: a sentence-transformers or transformers folder (default: the bundled "
+        "all-MiniLM-L6-v2), efficientnet-lite0, timm:NAME, open_clip:NAME (with --weights) or a saved timm folder.")] = None,
+    k: Annotated[int | None, typer.Option("--k", "-k", help="Budget the encoder emits (default: the method's).")] = None,
+    modality: Annotated[ModelKind, typer.Option(
+        "--modality", help="auto: image for efficientnet-lite0, timm:, open_clip: and timm folders, else text.")] = ModelKind.auto,
+    quantize: Annotated[Quantize, typer.Option(
+        "--quantize", help="dynamic: quantise the backbone's weights to int8 (onnxruntime), and report the size, "
+        "speed and code agreement it costs.")] = Quantize.none,
+    sample: Annotated[Path | None, typer.Option(
+        "--sample", help="Inputs to check parity on: a text file (one text per line) or an .npy of images "
+        "(default: built-in sentences / Fashion-MNIST test images).")] = None,
+    with_embedding: Annotated[bool, typer.Option(
+        "--with-embedding", help="Also output the float embedding (`embedding`), e.g. for asymmetric scoring.")] = False,
+    weights: Annotated[Path | None, typer.Option("--weights", help="Image models: a local weights file.")] = None,
+    image_size: Annotated[int | None, typer.Option("--image-size", min=16, help="Image models: input size in px.")] = None,
+) -> None:
+    """Export a backbone and a fitted compressor as one ONNX graph: token ids or pixels in, codes out."""
+    from adaptemb.encoders.onnx import export_encoder
+
+    items: Any = None
+    if sample is not None:
+        if sample.suffix == ".npy":
+            items = np.load(sample, allow_pickle=False)
+        else:
+            items = [line for line in sample.read_text(encoding="utf-8").splitlines() if line.strip()]
+    result = export_encoder(
+        model, compressor, output, k=k, modality=modality.value,  # type: ignore[arg-type]
+        quantize=None if quantize is Quantize.none else quantize.value,  # type: ignore[arg-type]
+        sample=items, include_embedding=with_embedding, weights=weights, image_size=image_size,
+    )
+    console.print(str(result), markup=False, highlight=False)
 
 
 @app.command("info")

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from adaptemb.evaluate.machine import describe
+from adaptemb.evaluate.recommend import TOLERANCE, pareto_front, row_label
 from adaptemb.evaluate.runner import BenchResult, Row
 
 # (column title, row key, format) shown in the terminal and Markdown tables
@@ -22,6 +23,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("method", "method", "{}"),
     ("k", "k", "{}"),
     ("variant", "variant", "{}"),
+    ("active", "active_dims", "{:.0f}"),
     ("NDCG@10", "ndcg_at_10", "{:.4f}"),
     ("R@10", "recall_at_10", "{:.4f}"),
     ("R@100", "recall_at_100", "{:.4f}"),
@@ -52,6 +54,23 @@ SCALE_COLUMNS: list[tuple[str, str, str]] = [
 ]
 """The scale study's columns (``adaptemb bench --scale N``)."""
 _MACHINE_COLUMNS = ("cpu", "cpu_cores_usable", "gpu")
+RECOMMENDATION_TITLES = ("≤ bytes/vec", "best NDCG@10", "bytes/vec", "margin", "runner-up", "fit s",
+                         f"fastest within {TOLERANCE} (ms/query)")
+
+
+def recommendation_cells(entry: Row) -> list[str]:
+    """One recommendation entry as table cells (see ``adaptemb.evaluate.recommend``)."""
+    best, runner, fastest = entry["best"], entry["runner_up"], entry["fastest"]
+    budget = f"{entry['budget_bytes']:g}"
+    if best is None:
+        return [budget, "nothing fits", "—", "—", "—", "—", "—"]
+    runner_cell = "—" if runner is None else f"{runner['label']} ({runner['ndcg_at_10']:.4f})"
+    margin = "—" if entry["margin"] is None else f"+{entry['margin']:.4f}"
+    fit = "—" if best.get("fit_s") is None else f"{best['fit_s']:.2f}"
+    fast = "—" if fastest is None else (
+        f"{fastest['label']} ({fastest['latency_per_query_ms']:.4f} ms, {fastest['ndcg_at_10']:.4f})")
+    return [budget, f"{best['label']} ({best['ndcg_at_10']:.4f})", f"{best['bytes_per_vector']:.1f}", margin,
+            runner_cell, fit, fast]
 
 
 def _cell(row: Row, key: str, fmt: str) -> str:
@@ -87,6 +106,13 @@ def print_table(result: BenchResult, console: Console | None = None) -> None:
         for row in result.scale:
             scale.add_row(*(_cell(row, key, fmt) for _, key, fmt in SCALE_COLUMNS))
         console.print(scale)
+    if result.recommendation:
+        verdict = Table(title="recommendation: the best NDCG@10 among all rows of at most B bytes per vector")
+        for title in RECOMMENDATION_TITLES:
+            verdict.add_column(title, justify="right" if title in ("≤ bytes/vec", "bytes/vec", "margin", "fit s") else "left")
+        for entry in result.recommendation:
+            verdict.add_row(*recommendation_cells(entry))
+        console.print(verdict)
     for note in result.notes:
         console.print(f"[dim]note: {note}[/dim]")
 
@@ -159,6 +185,42 @@ def plot_quality(result: BenchResult, path: Path, *, x: str, xlabel: str, metric
     return path
 
 
+def plot_pareto(result: BenchResult, path: Path, metric: str = "ndcg_at_10") -> Path:
+    """Quality against bytes per vector: every row as a point coloured by method (funnel rows hollow), and the
+    Pareto front (the best quality reachable at each size) as a black step line with its rows named."""
+    fig, ax = plt.subplots(figsize=(10, 5.4), dpi=120)
+    rows = [r for r in result.rows if r.get(metric) is not None and r.get("bytes_per_vector")]
+    methods = sorted({r["method"] for r in rows})
+    colours = {m: plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")(i % 20) for i, m in enumerate(methods)}
+    for method in methods:
+        mine = [r for r in rows if r["method"] == method]
+        for funnel in (False, True):
+            points = [r for r in mine if (r.get("variant", "codes") not in ("codes", "reference")) == funnel]
+            if points:
+                ax.scatter([r["bytes_per_vector"] for r in points], [r[metric] for r in points], s=28,
+                           label=method if not funnel else f"{method} + rerank",
+                           facecolors="none" if funnel else colours[method], edgecolors=colours[method])
+    front = pareto_front(rows, metric=metric)
+    if front:
+        right = max(r["bytes_per_vector"] for r in rows)  # the front holds its last level up to the largest row
+        ax.step([r["bytes_per_vector"] for r in front] + [right], [r[metric] for r in front] + [front[-1][metric]],
+                where="post", color="black", linewidth=1, label="Pareto front")
+        for r in front:
+            ax.annotate(row_label(r), (r["bytes_per_vector"], r[metric]), fontsize=6, xytext=(3, -9),
+                        textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes per vector")
+    label = metric.replace("_at_", "@").upper()
+    ax.set_ylabel(label)
+    ax.set_title(f"{result.dataset['name']}: {label} vs bytes per vector, every method (Pareto front in black)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def plot_scale(result: BenchResult, path: Path) -> Path:
     """The scale study: NDCG@10 against ms per query at N rows, one point per method row and faiss baseline."""
     fig, ax = plt.subplots(figsize=(8, 4.8), dpi=120)
@@ -195,6 +257,16 @@ def write_markdown(result: BenchResult, path: Path, files: dict[str, Path]) -> P
          f"Whole run: {result.total_s:.1f}s."),
         "", markdown_table(result.rows), "",
     ]
+    if result.recommendation:
+        parts += ["## Recommendation", "",
+                  ("For each byte budget B: the row with the best NDCG@10 among all rows of at most B bytes per vector "
+                  "(every method, budget and funnel), its margin over the best row of another method, its fit "
+                  f"time, and the fastest row whose NDCG@10 is within {TOLERANCE} of it."), "",
+                  "| " + " | ".join(RECOMMENDATION_TITLES) + " |", "|" + "---|" * len(RECOMMENDATION_TITLES)]
+        parts += ["| " + " | ".join(recommendation_cells(e)) + " |" for e in result.recommendation]
+        front = pareto_front(result.rows)
+        parts += ["", "Pareto front (NDCG@10 vs bytes per vector): " + ", ".join(
+            f"{row_label(r)} ({r['bytes_per_vector']:.0f} B, {r['ndcg_at_10']:.4f})" for r in front), ""]
     parts += [f"- note: {n}" for n in result.notes]
     if result.scale:
         explanation = (
@@ -221,6 +293,7 @@ def write_report(result: BenchResult, out_dir: Path) -> dict[str, Path]:
                                          xlabel="bytes per vector"),
         "quality_vs_latency": plot_quality(result, out_dir / "quality_vs_latency.png", x="latency_per_query_ms",
                                            xlabel="ms per query"),
+        "pareto": plot_pareto(result, out_dir / "pareto.png"),
     }
     if result.scale:
         files["scale"] = plot_scale(result, out_dir / "scale.png")

@@ -5,8 +5,10 @@ fitted budget range is a single ``k`` but which has a ``k`` parameter is refitte
 per budget: encode corpus and queries, build the method's own index (``Compressor.index``: the backend
 registered for its query and document kinds; a method no backend serves is searched by brute force
 through its ``score`` and named in the notes), compute the metrics, read the storage from the codes, and
-time the search with the latency protocol. Plus a full-precision reference row and, with ``rerank``,
-funnel rows (shortlist with the codes, rerank with float32 or int8 vectors).
+time the search with the latency protocol. With byte budgets (``BenchConfig.bytes``) each method's
+budgets are the ``k`` its ``budget_for_bytes`` maps each byte budget to. Plus a full-precision reference
+row and, with ``rerank``, funnel rows (shortlist with the codes, rerank with float32 or int8 vectors), and
+the recommendation per byte budget (``adaptemb.evaluate.recommend``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 
 from adaptemb.api import get_compressor
 from adaptemb.codes import Codes, DenseCodes
-from adaptemb.compressor import Compressor
+from adaptemb.compressor import Budgets, Compressor
 from adaptemb.datasets import Dataset
 from adaptemb.devices import resolve_device
 from adaptemb.evaluate.latency import query_batch, summarize, time_rounds, time_search, timed
@@ -31,6 +33,7 @@ from adaptemb.evaluate.metrics import (
     neighbour_recall_at_k,
     one_nn_accuracy,
 )
+from adaptemb.evaluate.recommend import recommend
 from adaptemb.evaluate.scale import ScaleConfig, run_scale
 from adaptemb.index import FunnelIndex
 from adaptemb.index.bound import CompressedIndex
@@ -38,6 +41,8 @@ from adaptemb.registry import build_index, get_registry
 
 Row = dict[str, Any]
 REFERENCE = "float32"
+RECOMMENDATION_BYTES = (16, 32, 64, 128)
+"""The byte budgets the recommendation covers when the bench ran on ``k`` budgets rather than bytes."""
 
 
 @dataclass
@@ -47,6 +52,9 @@ class BenchConfig:
 
     methods: list[str]
     budgets: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
+    bytes: list[int] | None = None
+    """Byte budgets per vector: when set, they replace ``budgets`` and each method encodes at its largest
+    ``k`` whose codes fit (``Compressor.budget_for_bytes``), so every method is compared at equal bytes."""
     device: str = "auto"
     rerank: bool = False
     rerank_stores: tuple[str, ...] = ("float32", "int8")
@@ -75,6 +83,9 @@ class BenchResult:
     notes: list[str]
     total_s: float = 0.0
     scale: list[Row] = field(default_factory=list)
+    recommendation: list[Row] = field(default_factory=list)
+    """Per byte budget: the best row by NDCG@10, its margin and the fastest row of equal quality
+    (``adaptemb.evaluate.recommend``)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,6 +130,7 @@ def run_bench(data: Dataset, config: BenchConfig, progress: Callable[[str], None
         rows.extend(_bench_method(name, ctx))
     scale = _scale_rows(ctx) if config.scale is not None else []
     return BenchResult(
+        recommendation=recommend(rows, list(config.bytes or RECOMMENDATION_BYTES)),
         dataset=_dataset_info(data),
         config=asdict(config),
         machine=machine_info(),
@@ -207,15 +219,46 @@ def _fitted_budgets(name: str, ctx: _Context) -> list[tuple[Compressor, int | No
     if budgets.fixed and not retrainable:
         ctx.notes.append(f"{name}: fixed size (no budget); one row at all {budgets.high} dims")
         return [(compressor, None, fit_s)]
+    ks = _budgets_for_bytes(name, compressor, ctx) if ctx.config.bytes is not None else list(ctx.config.budgets)
     plan: list[tuple[Compressor, int | None, float]] = []
-    for k in ctx.config.budgets:
-        if budgets.low <= k <= budgets.high:
+    for k in ks:
+        if budgets.allows(k):
             plan.append((compressor, k, fit_s))
         elif budgets.fixed:  # one fit per budget: refit with this k
             plan.append(_refit(name, params, k, ctx))
         else:
-            ctx.notes.append(f"{name}: budget k={k} skipped (valid budgets {budgets.low}..{budgets.high})")
+            ctx.notes.append(f"{name}: budget k={k} skipped (valid budgets {_valid(budgets)})")
+    if ks and not any(budgets.allows(k) or budgets.fixed for k in ks):  # nothing requested fits this method
+        ctx.notes.append(f"{name}: none of the budgets is valid; one row at its default k={budgets.default}")
+        plan.append((compressor, budgets.default, fit_s))
     return [p for p in plan if p[0] is not None]
+
+
+def _budgets_for_bytes(name: str, compressor: Compressor, ctx: _Context) -> list[int]:
+    """Each byte budget mapped to the method's own ``k`` (distinct, in order); a method whose smallest code
+    exceeds every byte budget gets one row at its smallest budget, like a fixed-size method."""
+    assert ctx.config.bytes is not None
+    sample = ctx.corpus[: min(len(ctx.corpus), 256)]
+    ks: list[int] = []
+    for nbytes in ctx.config.bytes:
+        k = compressor.budget_for_bytes(nbytes, sample)
+        if k is None:
+            ctx.notes.append(f"{name}: no budget fits {nbytes} B per vector")
+        elif k not in ks:
+            ks.append(k)
+        else:
+            ctx.notes.append(f"{name}: {nbytes} B per vector maps to k={k} again (one row)")
+    if not ks:
+        smallest = compressor.budgets().options()[0]
+        ctx.notes.append(f"{name}: its smallest code (k={smallest}) exceeds every byte budget; one row at k={smallest}")
+        ks.append(smallest)
+    return ks
+
+
+def _valid(budgets: Budgets) -> str:
+    if budgets.values is not None:
+        return ", ".join(str(v) for v in budgets.values)
+    return f"{budgets.low}..{budgets.high}"
 
 
 def _refit(name: str, params: dict[str, Any], k: int, ctx: _Context) -> tuple[Any, int | None, float]:

@@ -1,0 +1,511 @@
+"""Encoding files larger than memory: read rows batch by batch, write codes shard by shard, resume.
+
+``encode_files(inputs, compressor, out)`` reads ``.npy`` (memory-mapped), ``.parquet`` (row group by row
+group, batch by batch) and ``.safetensors`` (sliced) files, encodes ``batch_rows`` rows at a time and
+writes one parquet file per ``shard_rows`` rows, atomically, plus ``manifest.json``. Memory stays at a
+few batches whatever the input size. Re-running the same job skips the shards already written (checked
+against the manifest of the job: inputs, compressor, budget, side), so a killed job resumes where it
+stopped and gives identical output.
+
+Shard layout (one parquet file per shard): ``id`` (int64 row number across all inputs) and one column
+per per-row array of the codes (``Codes.to_arrays()``): (n, m) arrays as fixed-size lists (uint8 arrays,
+packed bits, as fixed-size binary), ragged arrays (1-D, split by the row ``counts``) as list columns, 1-D
+per-row arrays as plain columns. Arrays shared by all rows (``Codes.shared_arrays``) go in the manifest.
+``read_code_shards(out)`` reads the codes back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from adaptemb._version import __version__
+from adaptemb.api import load
+from adaptemb.codes import Codes
+from adaptemb.compressor import Compressor
+from adaptemb.errors import CorruptFileError
+from adaptemb.progress import progress_bar
+from adaptemb.serialization import atomic_write, existing_file
+from adaptemb.threads import set_threads
+
+SHARDS_FORMAT = "adaptemb.code-shards"
+SHARDS_FORMAT_VERSION = "1"
+MANIFEST = "manifest.json"
+STREAM_SUFFIXES = (".npy", ".parquet", ".safetensors")
+_PARQUET_BATCH = 8_192  # rows per decoded parquet batch
+
+
+# -- reading rows ----------------------------------------------------------------------------------
+
+
+class RowSource:
+    """One input file read as ``rows(start, stop)`` without loading the rest of it."""
+
+    def __init__(self, path: str | Path, key: str | None = None) -> None:
+        self.path = existing_file(path)
+        suffix = self.path.suffix.lower()
+        if suffix not in STREAM_SUFFIXES:
+            raise ValueError(f"cannot stream {self.path.name}: supported file types are {', '.join(STREAM_SUFFIXES)}")
+        if suffix == ".npy" and key is not None:
+            raise ValueError(f"{self.path.name} holds a single array; do not pass a key")
+        try:
+            self._open(suffix, key)
+        except (OSError, ValueError, KeyError) as err:
+            if isinstance(err, (FileNotFoundError, KeyError)):
+                raise
+            raise CorruptFileError(f"could not read {self.path}: {err}") from None
+
+    def _open(self, suffix: str, key: str | None) -> None:
+        if suffix == ".npy":
+            self._open_npy()
+        elif suffix == ".safetensors":
+            self._open_safetensors(key)
+        else:
+            self._open_parquet(key)
+
+    def _open_npy(self) -> None:
+        """Plain reads at the rows' offset (a memory map would keep every page read resident)."""
+        with open(self.path, "rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read_header(handle)
+            offset = handle.tell()
+        if fortran or dtype.hasobject:
+            raise ValueError("only C-ordered numeric .npy arrays stream (save with np.save of a C-contiguous array)")
+        self.shape = tuple(shape)
+        row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+
+        def read(start: int, stop: int) -> np.ndarray:
+            count = max(stop - start, 0) * row_bytes // dtype.itemsize
+            rows = np.fromfile(self.path, dtype=dtype, count=count, offset=offset + start * row_bytes)
+            return rows.reshape(-1, *shape[1:])
+
+        self._read = read
+
+    def _open_safetensors(self, key: str | None) -> None:
+        from safetensors import safe_open
+
+        with safe_open(str(self.path), framework="numpy") as handle:
+            names = list(handle.keys())
+            name = _pick(self.path, names, key, "tensor")
+            self.shape = tuple(handle.get_slice(name).get_shape())
+
+        def read(start: int, stop: int) -> np.ndarray:
+            with safe_open(str(self.path), framework="numpy") as handle:
+                return np.asarray(handle.get_slice(name)[start:stop])
+
+        self._read = read
+
+    def _open_parquet(self, key: str | None) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        parquet = pq.ParquetFile(self.path, buffer_size=1 << 22, pre_buffer=False)  # stream pages, not whole chunks
+        schema = parquet.schema_arrow
+        vectors = [f.name for f in schema if pa.types.is_list(f.type) or pa.types.is_fixed_size_list(f.type)
+                   or pa.types.is_large_list(f.type)]
+        column = _pick(self.path, vectors, key, "vector column")
+        sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        first = next(parquet.iter_batches(batch_size=1, columns=[column]), None)
+        width = 0 if first is None else len(first.column(0)[0])
+        self.shape = (int(starts[-1]), width)
+
+        def pieces(start: int, stop: int) -> Iterator[np.ndarray]:
+            """Rows start:stop in decoded batches, each row group read once."""
+            groups = [i for i in range(len(sizes)) if starts[i] < stop and starts[i + 1] > start]
+            row = int(starts[groups[0]]) if groups else start
+            for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH, row_groups=groups, columns=[column]):
+                lo, hi = max(start - row, 0), min(stop - row, batch.num_rows)
+                if hi > lo:
+                    yield _list_column_rows(batch.column(0).slice(lo, hi - lo), self.path)
+                row += batch.num_rows
+                if row >= stop:
+                    break
+            pa.default_memory_pool().release_unused()  # give the decoded pages back
+
+        self._pieces = pieces
+        self._read = lambda start, stop: _joined(list(pieces(start, stop)), width)
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` as an in-memory array."""
+        return self._read(start, stop)
+
+    def batches(self, start: int, stop: int, batch_rows: int) -> Iterator[np.ndarray]:
+        """Rows ``start:stop`` in order, ``batch_rows`` at a time, reading the file once."""
+        pieces = getattr(self, "_pieces", None)
+        if pieces is None:
+            for first in range(start, stop, batch_rows):
+                yield self.rows(first, min(first + batch_rows, stop))
+            return
+        pending: list[np.ndarray] = []
+        count = 0
+        for piece in pieces(start, stop):
+            pending.append(piece)
+            count += len(piece)
+            while count >= batch_rows:
+                joined = np.concatenate(pending)
+                yield joined[:batch_rows]
+                pending, count = [joined[batch_rows:]], count - batch_rows
+        if count:
+            yield np.concatenate(pending)
+
+
+def _joined(parts: list[np.ndarray], width: int) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.empty((0, width), dtype=np.float32)
+
+
+def _list_column_rows(column: Any, path: Path) -> np.ndarray:
+    lengths = set(column.value_lengths().to_numpy(zero_copy_only=False).tolist())
+    if len(lengths) > 1:
+        raise CorruptFileError(f"{path.name}: vectors have different lengths {sorted(lengths)[:5]}")
+    flat = column.flatten().to_numpy(zero_copy_only=False)
+    return flat.reshape(len(column), lengths.pop() if lengths else 0)
+
+
+def _pick(path: Path, names: list[str], key: str | None, what: str) -> str:
+    if key is not None:
+        if key not in names:
+            raise KeyError(f"{path.name} has no {what} {key!r}; it has: {', '.join(names) or 'none'}")
+        return key
+    if len(names) != 1:
+        raise ValueError(f"{path.name} holds {len(names)} {what}s ({', '.join(names) or 'none'}); name one with key=...")
+    return names[0]
+
+
+# -- the job --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Shard:
+    file: str
+    start: int
+    rows: int
+
+
+@dataclass
+class EncodeJob:
+    """What a shard directory holds; two runs of one job (same fields) share their shards."""
+
+    method: str
+    compressor_sha256: str
+    k: int | None
+    side: str
+    inputs: list[dict[str, Any]]
+    rows: int
+    shard_rows: int
+    kind: str = ""
+    dim: int = 0
+    shards: list[Shard] = field(default_factory=list)
+    shared: dict[str, Any] = field(default_factory=dict)
+    complete: bool = False
+
+    def identity(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in ("method", "compressor_sha256", "k", "side", "inputs", "rows", "shard_rows")}
+
+
+@dataclass(frozen=True)
+class EncodeResult:
+    """What ``encode_files`` did: rows encoded in this run, shards written and skipped, seconds."""
+
+    out: Path
+    rows: int
+    shards_written: int
+    shards_skipped: int
+    seconds: float
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else float("inf")
+
+
+def encode_files(
+    inputs: str | Path | Sequence[str | Path],
+    compressor: Compressor | str | Path,
+    out: str | Path,
+    *,
+    k: int | None = None,
+    side: Literal["doc", "query"] = "doc",
+    key: str | None = None,
+    shard_rows: int = 262_144,
+    batch_rows: int = 16_384,
+    progress: bool = True,
+    engine: Literal["local", "ray"] = "local",
+    ray_address: str | None = None,
+) -> EncodeResult:
+    """Encode the rows of ``inputs`` (files, in order) into parquet shards under ``out``; resume a killed run.
+
+    ``compressor`` is a fitted compressor or the path of a saved one; ``side="query"`` writes
+    ``encode_queries`` codes. Memory is bounded by ``batch_rows`` rows of input plus their codes.
+    ``engine="ray"`` encodes the shards on a Ray cluster (``ray_address``; default: a local Ray started
+    here) through Ray Data actors that each hold the compressor once; the shards are the same files.
+    """
+    if engine not in ("local", "ray"):
+        raise ValueError(f"engine must be 'local' or 'ray'; got {engine!r}")
+    if side not in ("doc", "query"):
+        raise ValueError(f"side must be 'doc' or 'query'; got {side!r}")
+    for name, value in (("shard_rows", shard_rows), ("batch_rows", batch_rows)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
+    model = load(compressor) if isinstance(compressor, (str, Path)) else compressor
+    model.budgets().resolve(k, model.name)
+    paths = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
+    if not paths:
+        raise ValueError("no input files given")
+    sources = [RowSource(p, key) for p in paths]
+    _check_widths(sources, model)
+    job = _plan(sources, model, k, side, shard_rows)
+    target = Path(out)
+    target.mkdir(parents=True, exist_ok=True)
+    job = _resume(target, job)
+    if engine == "ray":
+        return _run_ray(target, job, sources, model, k, side, batch_rows, key, ray_address)
+    return _run(target, job, sources, model, k, side, batch_rows, progress)
+
+
+def _check_widths(sources: list[RowSource], model: Compressor) -> None:
+    for source in sources:
+        if len(source.shape) != 2 or (len(source) and source.shape[1] != model.dim):
+            raise ValueError(f"{source.path.name} holds rows of shape {source.shape[1:]}; the compressor was fitted on dimension {model.dim}")
+
+
+def _plan(sources: list[RowSource], model: Compressor, k: int | None, side: str, shard_rows: int) -> EncodeJob:
+    state = hashlib.sha256()
+    for name, tensor in sorted(model.state_tensors().items()):
+        state.update(name.encode() + tensor.numpy().tobytes())
+    state.update(model.config.model_dump_json().encode())
+    inputs = [{"path": str(s.path.resolve()), "rows": len(s), "bytes": s.path.stat().st_size,
+               "mtime_ns": s.path.stat().st_mtime_ns} for s in sources]
+    rows = sum(len(s) for s in sources)
+    job = EncodeJob(model.name, state.hexdigest(), k, side, inputs, rows, shard_rows)
+    job.shards = [Shard(f"part-{i:05d}.parquet", start, min(shard_rows, rows - start))
+                  for i, start in enumerate(range(0, rows, shard_rows))]
+    return job
+
+
+def _resume(target: Path, job: EncodeJob) -> EncodeJob:
+    """The job as ``target`` records it when it is the same job, else ``job`` (refusing to mix jobs)."""
+    manifest = target / MANIFEST
+    if not manifest.exists():
+        if any(target.glob("part-*.parquet")):
+            raise ValueError(f"{target} holds shards but no {MANIFEST}; give an empty or new folder")
+        return job
+    for stale in target.glob(".part-*.tmp"):  # a shard being written when the process was killed
+        stale.unlink()
+    recorded = read_manifest(target)
+    if recorded.identity() != job.identity():
+        raise ValueError(
+            f"{target} holds the shards of another encode job (other inputs, compressor, k, side or shard size); "
+            "give an empty or new folder"
+        )
+    return recorded
+
+
+def _run(target: Path, job: EncodeJob, sources: list[RowSource], model: Compressor, k: int | None,
+         side: str, batch_rows: int, progress: bool) -> EncodeResult:
+    started, written, skipped, encoded = time.perf_counter(), 0, 0, 0
+    done = {s.file for s in job.shards if (target / s.file).exists()} if job.kind else set()
+    with progress_bar(total=job.rows, desc=f"encode {model.name}", unit="rows", unit_scale=True, enabled=progress) as bar:
+        for shard in job.shards:
+            if shard.file in done:
+                skipped += 1
+                bar.update(shard.rows)
+                continue
+            codes = _encode_rows(sources, model, k, side, shard, batch_rows, bar)
+            if not job.kind:
+                job.kind, job.dim = codes.kind, codes.dim
+                job.shared = {name: _encode_array(codes.to_arrays()[name]) for name in codes.shared_arrays}
+                _write_manifest(target, job)  # before the first shard: a killed run can resume
+            _write_shard(target / shard.file, codes, shard.start)
+            written += 1
+            encoded += shard.rows
+    job.complete = True
+    _write_manifest(target, job)
+    return EncodeResult(target, encoded, written, skipped, time.perf_counter() - started)
+
+
+def _run_ray(target: Path, job: EncodeJob, sources: list[RowSource], model: Compressor, k: int | None, side: str,
+             batch_rows: int, key: str | None, address: str | None) -> EncodeResult:
+    """The shards not yet written, one Ray Data row each, encoded and written by a pool of actors."""
+    try:
+        import ray
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError("engine='ray' needs Ray Data: pip install 'adaptemb[ray]'") from None
+    started = time.perf_counter()
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    if not job.kind:  # learn the codes' kind and shared tables from one row, as the first local shard does
+        probe = model.encode(sources[0].rows(0, 1), k=k) if side == "doc" else model.encode_queries(sources[0].rows(0, 1), k=k)
+        job.kind, job.dim = probe.kind, probe.dim
+        job.shared = {name: _encode_array(probe.to_arrays()[name]) for name in probe.shared_arrays}
+        _write_manifest(target, job)
+    todo = [shard for shard in job.shards if not (target / shard.file).exists()]
+    if todo:
+        actors = max(1, min(len(todo), int(ray.cluster_resources().get("CPU", 1))))
+        settings = {"model": model, "paths": [str(s.path) for s in sources], "key": key, "k": k, "side": side,
+                    "batch_rows": batch_rows, "target": str(target)}
+        ray.data.from_items([asdict(shard) for shard in todo]).map_batches(
+            _ShardEncoder, fn_constructor_kwargs=settings, batch_size=1, concurrency=actors, num_cpus=1,
+        ).materialize()
+    job.complete = True
+    _write_manifest(target, job)
+    rows = sum(shard.rows for shard in todo)
+    return EncodeResult(target, rows, len(todo), len(job.shards) - len(todo), time.perf_counter() - started)
+
+
+class _ShardEncoder:
+    """A Ray Data actor: holds the compressor and the input readers once, encodes and writes whole shards."""
+
+    def __init__(self, model: Compressor, paths: list[str], key: str | None, k: int | None, side: str,
+                 batch_rows: int, target: str) -> None:
+        set_threads(1)  # one core per actor: Ray schedules one actor per CPU
+        self.model, self.sources = model, [RowSource(p, key) for p in paths]
+        self.k, self.side, self.batch_rows, self.target = k, side, batch_rows, Path(target)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        for file, start, rows in zip(batch["file"], batch["start"], batch["rows"]):
+            shard = Shard(str(file), int(start), int(rows))
+            codes = _encode_rows(self.sources, self.model, self.k, self.side, shard, self.batch_rows, _NoProgress())
+            _write_shard(self.target / shard.file, codes, shard.start)
+        return {"file": batch["file"]}
+
+
+class _NoProgress:
+    def update(self, count: int) -> None:
+        """Nothing: actors report through Ray."""
+
+
+def _encode_rows(sources: list[RowSource], model: Compressor, k: int | None, side: str, shard: Shard,
+                 batch_rows: int, bar: Any) -> Codes:
+    parts = []
+    for rows in _row_batches(sources, shard.start, shard.start + shard.rows, batch_rows):
+        parts.append(model.encode(rows, k=k) if side == "doc" else model.encode_queries(rows, k=k))
+        bar.update(len(rows))
+    return parts[0] if len(parts) == 1 else type(parts[0]).concat(parts)
+
+
+def _row_batches(sources: list[RowSource], start: int, stop: int, batch_rows: int) -> Iterator[np.ndarray]:
+    """Rows ``start:stop`` of the inputs laid end to end, ``batch_rows`` at a time."""
+    offset = 0
+    for source in sources:
+        lo, hi = max(start - offset, 0), min(stop - offset, len(source))
+        if hi > lo:
+            yield from source.batches(lo, hi, batch_rows)
+        offset += len(source)
+
+
+# -- shard files ------------------------------------------------------------------------------------
+
+
+def _write_shard(path: Path, codes: Codes, start: int) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = {"id": pa.array(np.arange(start, start + len(codes), dtype=np.int64))}
+    columns.update(_row_columns(codes))
+    table = pa.table(columns)
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+
+
+def _row_columns(codes: Codes) -> dict[str, Any]:
+    import pyarrow as pa
+
+    arrays = {k: v for k, v in codes.to_arrays().items() if k not in codes.shared_arrays}
+    counts = arrays.get("counts")
+    columns: dict[str, Any] = {}
+    for name, array in arrays.items():
+        if counts is not None and name != "counts" and array.ndim == 1 and len(array) == int(counts.sum()):
+            offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int32)
+            columns[name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(array))
+        elif array.ndim == 2 and array.dtype == np.uint8:
+            width = array.shape[1]
+            buffer = pa.py_buffer(np.ascontiguousarray(array).tobytes())
+            columns[name] = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(array), [None, buffer])
+        elif array.ndim == 2:
+            columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(array).reshape(-1)), array.shape[1])
+        elif array.ndim == 1 and len(array) == len(codes):
+            columns[name] = pa.array(array)
+        else:
+            raise ValueError(f"{codes.kind} codes array {name!r} of shape {array.shape} is neither per row nor shared")
+    return columns
+
+
+def _read_shard(path: Path) -> dict[str, np.ndarray]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    arrays: dict[str, np.ndarray] = {}
+    for name in table.column_names:
+        column = table.column(name).combine_chunks()
+        if pa.types.is_fixed_size_binary(column.type):
+            raw = np.frombuffer(column.buffers()[1], dtype=np.uint8)
+            width = column.type.byte_width
+            arrays[name] = raw[column.offset * width : (column.offset + len(column)) * width].reshape(len(column), width)
+        elif pa.types.is_fixed_size_list(column.type):
+            arrays[name] = column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), column.type.list_size)
+        elif pa.types.is_list(column.type):
+            arrays[name] = column.flatten().to_numpy(zero_copy_only=False)
+        else:
+            arrays[name] = column.to_numpy(zero_copy_only=False)
+    return arrays
+
+
+def read_code_shards(out: str | Path, *, ids: bool = False) -> Codes | tuple[Codes, np.ndarray]:
+    """The codes a finished ``encode_files`` run wrote under ``out``, in row order (and the row ids)."""
+    folder = Path(out)
+    job = read_manifest(folder)
+    if not job.complete:
+        raise ValueError(f"{folder} holds an unfinished encode job; run the same encode again to finish it")
+    cls = Codes.for_kind(job.kind)
+    shared = {name: _decode_array(spec) for name, spec in job.shared.items()}
+    parts, row_ids = [], []
+    for shard in job.shards:
+        try:
+            arrays = _read_shard(folder / shard.file)
+        except (OSError, ValueError) as err:
+            raise CorruptFileError(f"{folder / shard.file} is not a readable code shard: {err}") from None
+        row_ids.append(arrays.pop("id"))
+        parts.append(cls.from_arrays({**arrays, **shared}, job.dim))
+    codes = parts[0] if len(parts) == 1 else cls.concat(parts)
+    return (codes, np.concatenate(row_ids)) if ids else codes
+
+
+# -- the manifest -----------------------------------------------------------------------------------
+
+
+def _write_manifest(target: Path, job: EncodeJob) -> None:
+    body = {"format": SHARDS_FORMAT, "format_version": SHARDS_FORMAT_VERSION, "adaptemb_version": __version__, **asdict(job)}
+    atomic_write(target / MANIFEST, lambda tmp: tmp.write_text(json.dumps(body, indent=1) + "\n"))
+
+
+def read_manifest(folder: str | Path) -> EncodeJob:
+    """The encode job recorded in ``folder/manifest.json``."""
+    path = existing_file(Path(folder) / MANIFEST)
+    try:
+        body = json.loads(path.read_text())
+        if body.get("format") != SHARDS_FORMAT or body.get("format_version") != SHARDS_FORMAT_VERSION:
+            raise ValueError(f"not an {SHARDS_FORMAT} manifest of version {SHARDS_FORMAT_VERSION}")
+        body = {k: v for k, v in body.items() if k not in ("format", "format_version", "adaptemb_version")}
+        body["shards"] = [Shard(**s) for s in body["shards"]]
+        return EncodeJob(**body)
+    except (ValueError, TypeError, KeyError) as err:
+        raise CorruptFileError(f"{path} is not a readable encode manifest: {err}") from None
+
+
+def _encode_array(array: np.ndarray) -> dict[str, Any]:
+    return {"dtype": str(array.dtype), "shape": list(array.shape), "values": array.reshape(-1).tolist()}
+
+
+def _decode_array(spec: dict[str, Any]) -> np.ndarray:
+    return np.asarray(spec["values"], dtype=spec["dtype"]).reshape(spec["shape"])

@@ -1,0 +1,253 @@
+"""``cllr``: Contrastive Learning with Low-dimensional Reconstruction — a learned low-rank / sparse projection.
+
+A projection ``L`` (h × d, initialised with the top-h principal directions) maps a centred embedding to
+``z = L (x − μ)``. The fit minimises ``NCE(L x̃) + λ (E‖LᵀL x̃ − x̃‖² / E‖x̃‖² + α Ω(L) / Ω(L₀))`` by proximal SGD:
+momentum steps on the smooth part, then the proximal operator of Ω, singular-value thresholding for the nuclear
+norm (low rank) or group soft-thresholding of the columns for the ℓ2,1 norm (feature selection), so zeros are
+exact (``cllr_model.py``). The NCE is InfoNCE over L2-normalised codes: query → document ``pairs``, same-``labels``
+rows, or, with neither, two noisy views of each row.
+
+One fit serves every budget: L's rows are rotated (a left rotation, which keeps zero columns zero) so that code
+dimensions are ordered by their spread on the fit data (the singular values of ``L C^{1/2}``, C the data
+covariance); ``encode(x, k=r)`` keeps the first r and L2-normalises them. ``values="int8"`` stores those r values
+in one byte each. Maths, defaults and measurements: ``docs/methods/cllr.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+from torch import nn
+
+from adaptemb import (
+    Budgets,
+    Codes,
+    Compressor,
+    CompressorConfig,
+    CompressorRegistry,
+    DenseCodes,
+    QuantizedCodes,
+    hookimpl,
+    principal_components,
+)
+from adaptemb_plugins.cllr_model import (
+    CLLRObjective,
+    measure,
+    optimise,
+    ordered_directions,
+    relative_covariance,
+)
+
+_LEVELS = 127  # int8 codes lie in [-127, 127]
+
+
+class CLLRConfig(CompressorConfig):
+    """CLLR settings; defaults chosen by measurement (``docs/methods/cllr.md``)."""
+
+    k: int | None = Field(None, ge=1, description="Default budget (code dims); None: every direction kept.")
+    rank: int = Field(256, ge=1, description="h: rows of L (directions learned, capped at d): the largest budget.")
+    regularizer: Literal["nuclear", "l21"] = Field(
+        "nuclear", description="Ω: nuclear norm (low rank) or l2,1 norm of the columns of L (feature selection)."
+    )
+    lam: float = Field(0.1, ge=0, description="λ: weight of the regulariser R = reconstruction + α·Ω.")
+    alpha: float = Field(0.3, ge=0, description="α: weight of Ω (relative to Ω at the PCA start) inside R; paper: 10.")
+    temperature: float = Field(0.05, gt=0, description="τ of the InfoNCE over L2-normalised codes (pairs, labels).")
+    view_temperature: float = Field(0.1, gt=0, description="τ of the InfoNCE between views (no pairs, no labels).")
+    view_dropout: float = Field(0.1, ge=0, lt=1, description="Views (no pairs, no labels): input dropout of each view.")
+    view_noise: float = Field(0.1, ge=0, description="Views: Gaussian noise of each view, in per-dimension std units.")
+    values: Literal["float32", "int8"] = Field(
+        "float32", description="Code values: float32, or int8 (1 byte per dim, per-dimension scale fitted on the fit rows)."
+    )
+    steps: int = Field(300, ge=1, description="Proximal SGD steps.")
+    batch_size: int = Field(512, ge=2, description="Rows (or pairs) per step: the in-batch negatives of the NCE.")
+    lr: float = Field(0.1, gt=0, description="SGD step size (the proximal threshold scales with it).")
+    momentum: float = Field(0.9, ge=0, lt=1, description="Heavy-ball momentum of the SGD steps.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA when available, else CPU.")
+    loop_threads: int | None = Field(
+        1, ge=1, description="CPU threads of the optimisation loop (its ops are small); None: adaptemb's choice."
+    )
+    progress: bool = Field(True, description="Show a progress bar while fitting.")
+
+
+class CLLRCompressor(Compressor):
+    """Learned projection z = L(x − μ) (NCE + λ·(reconstruction + α·Ω)), prefixes ordered by strength."""
+
+    name = "cllr"
+    Config = CLLRConfig
+    budget_help = "code dims r, 1 <= r <= rank of the learned L (<= h = 256 by default); one fit serves every r"
+    fit_inputs = frozenset({"pairs", "labels"})
+    test_params: ClassVar[dict[str, Any]] = {"rank": 16, "steps": 20, "batch_size": 64, "progress": False}
+    config: CLLRConfig
+
+    def __init__(self, config: CLLRConfig | None = None, **params: Any) -> None:
+        super().__init__(config, **params)
+        self._mean: torch.Tensor | None = None
+        self._weight: torch.Tensor | None = None
+        self._scale: torch.Tensor | None = None
+
+    @property
+    def doc_kind(self) -> str:  # type: ignore[override]
+        """``dense`` (float32 values) or ``int8``, by the config's ``values``."""
+        return "int8" if self.config.values == "int8" else "dense"
+
+    # -- fitting --------------------------------------------------------------------------------
+
+    def _fit(self, x: torch.Tensor, **supervision: Any) -> None:
+        cfg = self.config
+        h = min(cfg.rank, x.shape[1])
+        if cfg.k is not None and cfg.k > h:
+            raise ValueError(f"k={cfg.k} exceeds the directions learned (rank={cfg.rank}, d={x.shape[1]})")
+        tensors, mode = _training_rows(x, **supervision)
+        fit_rows = torch.cat([x, *supervision["pairs"]]) if supervision.get("pairs") is not None else x
+        mean, components, _ = principal_components(fit_rows, h)
+        covariance = relative_covariance(fit_rows, mean)
+        objective = CLLRObjective(components, mean, covariance, fit_rows.std(dim=0), cfg, views=mode == "views")
+        before = measure(objective, tensors, cfg.seed, cfg.batch_size)
+        report = optimise(objective, tensors, cfg)
+        after = measure(objective, tensors, cfg.seed, cfg.batch_size)
+        weight, strength, singular = ordered_directions(objective.weight.detach(), covariance, objective.kept_rank)
+        if len(weight) == 0:
+            raise ValueError(f"the {cfg.regularizer} proximal step removed every direction of L; lower alpha "
+                             f"(now {cfg.alpha}) or lam (now {cfg.lam})")
+        if cfg.k is not None and cfg.k > len(weight):
+            raise ValueError(f"the regulariser left rank {len(weight)} < k={cfg.k}; lower alpha or lam, or ask for "
+                             f"k <= {len(weight)}")
+        self._mean, self._weight = mean, weight.contiguous()
+        self._scale = _int8_scale(self._weight, fit_rows - mean)
+        report.extra = _report_extra(cfg, mode, before, after, weight, strength, singular)
+        self.fit_report = report.as_dict()
+
+    # -- encoding -------------------------------------------------------------------------------
+
+    def _encode(self, x: torch.Tensor, k: int) -> Codes:
+        (values,) = self.encoder(k)(x)
+        if self.config.values == "int8":
+            scale = self._fitted_scale[:k].numpy()
+            return QuantizedCodes(values.numpy(), scale, np.zeros_like(scale))
+        return DenseCodes(values.numpy())
+
+    def encoder(self, k: int) -> nn.Module:
+        """The encode path at budget k: ``(x − μ) W[:k]ᵀ``, L2-normalised (then int8 with values="int8")."""
+        scale = self._fitted_scale[:k] if self.config.values == "int8" else None
+        return _Projection(self._fitted_mean, self._fitted_weight[:k], scale).eval()
+
+    @property
+    def _fitted_weight(self) -> torch.Tensor:
+        assert self._weight is not None, "fit first"
+        return self._weight
+
+    @property
+    def _fitted_mean(self) -> torch.Tensor:
+        assert self._mean is not None, "fit first"
+        return self._mean
+
+    @property
+    def _fitted_scale(self) -> torch.Tensor:
+        assert self._scale is not None, "fit first"
+        return self._scale
+
+    @property
+    def projection(self) -> torch.Tensor:
+        """The learned directions W (rank × d), strongest first: codes are ``normalize((x − μ) W[:r]ᵀ)``."""
+        self._require_fitted()
+        return self._fitted_weight
+
+    def _budgets(self) -> Budgets:
+        kept = self._fitted_weight.shape[0]
+        return Budgets(low=1, high=kept, default=min(self.config.k or kept, kept))
+
+    def _state(self) -> dict[str, torch.Tensor]:
+        return {"mean": self._fitted_mean, "weight": self._fitted_weight, "int8_scale": self._fitted_scale}
+
+    def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        if set(tensors) != {"mean", "weight", "int8_scale"}:
+            raise ValueError(f"cllr stores mean, weight and int8_scale; found {sorted(tensors)}")
+        mean, weight, scale = tensors["mean"], tensors["weight"], tensors["int8_scale"]
+        if weight.ndim != 2 or mean.shape != (weight.shape[1],) or scale.shape != (weight.shape[0],):
+            raise ValueError(f"weight {tuple(weight.shape)}, mean {tuple(mean.shape)} and int8_scale "
+                             f"{tuple(scale.shape)} do not fit together")
+        self._mean, self._weight, self._scale = mean, weight, scale
+
+
+# -- encoder ------------------------------------------------------------------------------------
+
+
+class _Projection(nn.Module):
+    """ONNX-exportable encoder: ``normalize((x − μ) Wᵀ)``, then, with a scale, ``round(z / scale)`` as int8."""
+
+    def __init__(self, mean: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None) -> None:
+        super().__init__()
+        self.register_buffer("mean", mean.clone())
+        self.register_buffer("weight", weight.clone())
+        self.register_buffer("scale", None if scale is None else scale.clone())
+        self.output_names = ("values",) if scale is None else ("codes",)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        z = F.normalize((x - self.mean) @ self.weight.T, dim=1)
+        if self.scale is None:
+            return (z,)
+        return (torch.round(z / self.scale).clamp(-_LEVELS, _LEVELS).to(torch.int8),)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _training_rows(x: torch.Tensor, pairs: tuple[torch.Tensor, torch.Tensor] | None = None,
+                   labels: torch.Tensor | None = None) -> tuple[list[torch.Tensor], str]:
+    """([anchors, keys, group ids], mode): same group = positive. Pairs and labels are the NCE's supervision;
+    with neither, each row is its own positive under two noisy views."""
+    if pairs is None and labels is None:
+        return [x, x, torch.arange(len(x))], "views"
+    anchors, keys, groups = [], [], []
+    if labels is not None:
+        anchors.append(x)
+        keys.append(x)
+        groups.append(labels.long())
+    if pairs is not None:
+        offset = int(labels.max()) + 1 if labels is not None and len(labels) else 0
+        anchors.append(pairs[0])
+        keys.append(pairs[1])
+        groups.append(offset + torch.arange(len(pairs[0])))
+    mode = "+".join(name for name, given in (("labels", labels is not None), ("pairs", pairs is not None)) if given)
+    return [torch.cat(anchors), torch.cat(keys), torch.cat(groups)], mode
+
+
+def _int8_scale(weight: torch.Tensor, centred: torch.Tensor) -> torch.Tensor:
+    """Per-dimension int8 step: the largest |z_j| / ‖z_{:j+1}‖ over the fit rows, over 127.
+
+    A normalised r-prefix has ``|u_j| = |z_j| / ‖z_{:r}‖ <= |z_j| / ‖z_{:j+1}‖`` for every r > j, so one scale per
+    dimension serves every budget and never clips a fit row (other rows are clamped to ±127).
+    """
+    peak = torch.zeros(weight.shape[0], dtype=torch.float64)
+    for start in range(0, len(centred), 65536):
+        z = (centred[start : start + 65536] @ weight.T).double()
+        prefix_norm = z.square().cumsum(dim=1).sqrt()
+        ratio = z.abs() / prefix_norm.clamp_min(1e-300)
+        peak = torch.maximum(peak, ratio.max(dim=0).values)
+    return (torch.where(peak > 0, peak, torch.ones_like(peak)) / _LEVELS).float()
+
+
+def _report_extra(cfg: CLLRConfig, mode: str, before: dict[str, float], after: dict[str, float], weight: torch.Tensor,
+                  strength: torch.Tensor, singular: torch.Tensor) -> dict[str, Any]:
+    """The fit report's method part: supervision, kept rank and active input columns, losses, spectra."""
+    return {
+        "supervision": mode,
+        "regularizer": cfg.regularizer,
+        "rank": int(weight.shape[0]),
+        "active_columns": int((weight.abs().sum(dim=0) > 0).sum()),
+        "input_dim": int(weight.shape[1]),
+        "losses_before": before,
+        "losses_after": after,
+        "singular_values_top": [round(float(v), 4) for v in singular[:8]],
+        "singular_value_min_kept": round(float(singular[: weight.shape[0]].min()), 6),
+        "code_std_relative_top": [round(float(v), 4) for v in strength[:8]],
+    }
+
+
+@hookimpl
+def register_compressors(registry: CompressorRegistry) -> None:
+    registry.add(CLLRCompressor)

@@ -1,0 +1,194 @@
+"""``pq`` and ``opq``: faiss product quantisation (optionally behind faiss' learned OPQ rotation).
+
+The embedding is cut into ``k`` = M sub-vectors of d / M dims, each stored as the id of its nearest
+centroid among 2^nbits (faiss ``IndexPQ``; ``opq`` first rotates with faiss' ``OPQMatrix``: the factory
+strings ``PQ{M}`` and ``OPQ{M},PQ{M}``). At nbits = 8 the budget k is the bytes per vector. Queries stay
+float and are scored against the codes by faiss' asymmetric distance (a lookup table per query, inner
+product). One fit serves one M (faiss trains the codebooks for it): ``adaptemb bench`` refits per budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import faiss
+import numpy as np
+import torch
+from pydantic import Field
+
+from adaptemb import Budgets, CompressorConfig, CompressorRegistry, IndexRegistry, hookimpl
+
+from .faiss_codes import (
+    METRIC,
+    FaissCodes,
+    FaissCodesIndex,
+    FaissCompressor,
+    divisors,
+    faiss_threads,
+    rotation_of,
+    table,
+    with_rotation,
+)
+
+_FAISS_SEED = 1234  # faiss' own default k-means seed: seed=0 reproduces faiss run directly
+
+
+class PQCodes(FaissCodes):
+    """faiss PQ codes: ``ceil(M * nbits / 8)`` bytes per row; tables ``pq_centroids`` (M, 2^nbits, d / M)
+    float32 and, for OPQ, ``rotation`` (d, d) float32 (y = R x before the PQ)."""
+
+    kind = "pq"
+    table_names = ("pq_centroids",)
+    optional_tables = ("rotation",)
+
+    @classmethod
+    def build_faiss(cls, tables: dict[str, np.ndarray], dim: int) -> faiss.Index:
+        centroids = table(tables, "pq_centroids")
+        if centroids.ndim != 3 or centroids.shape[0] * centroids.shape[2] != dim:
+            raise ValueError(f"pq_centroids must be (M, 2^nbits, d / M) with M * (d / M) = d = {dim}; got {centroids.shape}")
+        m, ksub, _ = centroids.shape
+        nbits = ksub.bit_length() - 1
+        if ksub != 2**nbits or not 1 <= nbits <= 16:
+            raise ValueError(f"pq_centroids must hold 2^nbits centroids per sub-quantiser; got {ksub}")
+        index = faiss.IndexPQ(dim, m, nbits, METRIC)
+        faiss.copy_array_to_vector(centroids.ravel(), index.pq.centroids)
+        index.is_trained = True
+        return with_rotation(index, tables.get("rotation"), dim)
+
+    def query_scores(self, queries: np.ndarray, **search: Any) -> np.ndarray:
+        # faiss' PQ inner-product search sums <q_m, centroid> over sub-quantisers: <q, sa_decode(code)>
+        return self.decoded_scores(queries)
+
+
+class PQConfig(CompressorConfig):
+    k: int | None = Field(
+        None, ge=1, description="Sub-quantisers M (bytes per vector at nbits 8); must divide d. "
+        "None: the largest divisor of d that is <= d / 12 (32 at d = 384, 64 at d = 768).")
+    nbits: int = Field(8, ge=1, le=12, description="Bits per sub-quantiser code (2^nbits centroids each).")
+    train_iterations: int = Field(25, ge=1, description="k-means iterations per sub-quantiser (faiss' default 25).")
+
+
+class OPQConfig(PQConfig):
+    opq_iterations: int = Field(
+        10, ge=1, description="OPQ rotation/codebook alternations (faiss' default is 50; 10 measured as good here).")
+
+
+class PQCompressor(FaissCompressor):
+    """faiss product quantisation: M sub-quantisers of 2^nbits centroids; float queries, asymmetric scoring."""
+
+    name = "pq"
+    Config = PQConfig
+    budget_help = "sub-quantisers M (= bytes per vector at nbits 8), a divisor of d; fixed per fit (config k)"
+    doc_kind = "pq"
+    codes_class = PQCodes
+    test_params: ClassVar[dict[str, Any]] = {"nbits": 4, "k": 8}
+    config: PQConfig
+    rotate: ClassVar[bool] = False
+
+    def factory_string(self, dim: int | None = None) -> str:
+        """The faiss factory string this configuration trains, e.g. ``"PQ32"`` or ``"OPQ32,PQ32x4"``."""
+        d = dim if dim is not None else self.dim
+        assert d is not None
+        m = self.sub_quantizers(d)
+        pq = f"PQ{m}" if self.config.nbits == 8 else f"PQ{m}x{self.config.nbits}"
+        return f"OPQ{m},{pq}" if self.rotate else pq
+
+    def sub_quantizers(self, dim: int) -> int:
+        """M for embeddings of ``dim`` dims: the config's ``k``, checked to divide ``dim``."""
+        valid = divisors(dim)
+        if self.config.k is None:
+            return max(m for m in valid if m <= max(1, dim // 12))
+        if self.config.k not in valid:
+            raise ValueError(f"k={self.config.k} sub-quantisers must divide d={dim}; valid k: {', '.join(map(str, valid))}")
+        return self.config.k
+
+    def _fit(self, x: torch.Tensor, **supervision: object) -> None:
+        d = x.shape[1]
+        m = self.sub_quantizers(d)
+        ksub = 2**self.config.nbits
+        if len(x) < ksub:
+            raise ValueError(f"{self.name} with nbits={self.config.nbits} trains {ksub} centroids per sub-quantiser "
+                             f"and needs at least {ksub} rows; got {len(x)} (lower nbits or pass more rows)")
+        index = faiss.index_factory(d, self.factory_string(d), METRIC)
+        pq_index = faiss.downcast_index(index.index if self.rotate else index)
+        # polysemous training only relabels the centroids (for Hamming filtering, which adaptemb does not use):
+        # the asymmetric scores are the same without it, and the fit is many times faster
+        pq_index.do_polysemous_training = False
+        pq = pq_index.pq
+        pq.cp.seed = _FAISS_SEED + self.config.seed
+        pq.cp.niter = self.config.train_iterations
+        pq.cp.min_points_per_centroid = 1  # faiss only warns below 39 rows per centroid; the rows are what they are
+        if self.rotate:
+            opq = faiss.downcast_VectorTransform(index.chain.at(0))
+            opq.niter = self.config.opq_iterations  # type: ignore[attr-defined]
+            opq.pq = pq  # train the rotation with this PQ's nbits and seed (faiss' default is its own 8-bit PQ)
+        with faiss_threads():
+            index.train(np.ascontiguousarray(x.numpy()))
+        rotation, inner = rotation_of(index)
+        pq = faiss.downcast_index(inner).pq
+        centroids = faiss.vector_to_array(pq.centroids).reshape(m, ksub, d // m)
+        self._centroids = torch.from_numpy(centroids.astype(np.float32))
+        self._rotation = None if rotation is None else torch.from_numpy(rotation)
+        self._reset_encoders()
+
+    def tables(self, k: int) -> dict[str, np.ndarray]:
+        tables = {"pq_centroids": self._centroids.numpy()}
+        if self._rotation is not None:
+            tables["rotation"] = self._rotation.numpy()
+        return tables
+
+    def _budgets(self) -> Budgets:
+        m = self._centroids.shape[0]
+        return Budgets(low=m, high=m, default=m, bounds_active=False, per_fit=True)
+
+    def _state(self) -> dict[str, torch.Tensor]:
+        state = {"pq_centroids": self._centroids}
+        if self._rotation is not None:
+            state["rotation"] = self._rotation
+        return state
+
+    def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        self._centroids = tensors["pq_centroids"].float()
+        self._rotation = tensors.get("rotation")
+        if self.rotate != (self._rotation is not None):
+            raise ValueError(f"{self.name} stores {'a' if self.rotate else 'no'} 'rotation' tensor")
+        if self._centroids.ndim != 3 or self._centroids.shape[1] != 2**self.config.nbits:
+            raise ValueError(f"pq_centroids must be (M, 2^nbits={2**self.config.nbits}, d / M); "
+                             f"got {tuple(self._centroids.shape)}")
+        self._reset_encoders()
+
+    def budget_for_bytes(self, nbytes: float, sample: Any = None) -> int | None:
+        """The largest M dividing d whose codes take at most ``nbytes`` per vector (``ceil(M * nbits / 8)``)."""
+        self._require_fitted()
+        assert self.dim is not None
+        fits = [m for m in divisors(self.dim) if -(-m * self.config.nbits // 8) <= nbytes]
+        return max(fits) if fits else None
+
+
+class OPQCompressor(PQCompressor):
+    """faiss OPQ: a learned rotation (faiss ``OPQMatrix``) before product quantisation (``OPQ{M},PQ{M}``)."""
+
+    name = "opq"
+    Config = OPQConfig
+    budget_help = "sub-quantisers M (= bytes per vector at nbits 8), a divisor of d; fixed per fit (config k)"
+    test_params: ClassVar[dict[str, Any]] = {"nbits": 4, "k": 8, "opq_iterations": 4}
+    config: OPQConfig
+    rotate: ClassVar[bool] = True
+
+
+class PQIndex(FaissCodesIndex):
+    """faiss' asymmetric PQ search (``IndexPQ``, behind its OPQ rotation when there is one)."""
+
+    name = "faiss-pq"
+    pairs = (("dense", "pq"),)
+
+
+@hookimpl
+def register_compressors(registry: CompressorRegistry) -> None:
+    registry.add(PQCompressor)
+    registry.add(OPQCompressor)
+
+
+@hookimpl
+def register_index_backends(registry: IndexRegistry) -> None:
+    registry.add(PQIndex)

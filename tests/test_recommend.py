@@ -1,0 +1,99 @@
+"""The bench's verdict: recommendation per byte budget and the Pareto front (hand-made rows), and the runner's
+byte budgets (each method at its own k for a byte budget)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import adaptemb
+from adaptemb.datasets import Dataset
+from adaptemb.evaluate.recommend import pareto_front, recommend, row_label
+from adaptemb.evaluate.runner import BenchConfig, run_bench
+
+
+def _row(method: str, k: int | None, nbytes: float, ndcg: float, ms: float, fit_s: float = 1.0,
+         variant: str = "codes") -> dict[str, object]:
+    return {"method": method, "k": k, "variant": variant, "bytes_per_vector": nbytes, "ndcg_at_10": ndcg,
+            "latency_per_query_ms": ms, "fit_s": fit_s}
+
+
+ROWS = [
+    _row("float32", None, 1536, 0.95, 0.05, 0.0, "reference"),
+    _row("csr", 8, 32, 0.68, 0.01, 9.9),
+    _row("csr", 16, 64, 0.78, 0.02, 9.9),
+    _row("pq", 32, 32, 0.80, 0.20, 3.0),
+    _row("pq", 64, 64, 0.884, 0.30, 4.0),
+    _row("opq", 32, 32, 0.841, 0.25, 60.0),
+    _row("opq", 64, 64, 0.89, 0.25, 70.0),
+    _row("binary", None, 48, 0.70, 0.01, 0.1),
+    _row("csr", 32, 128, 0.881, 0.03, 9.9),
+    _row("svd", 16, 64, 0.2, 0.01, 0.2),
+    _row("svd", 16, 64 + 384, 0.9, 0.2, 0.2, "rerank-int8"),
+]
+
+
+def test_best_row_within_each_byte_budget_with_margin_and_fit_time() -> None:
+    by_budget = {e["budget_bytes"]: e for e in recommend(ROWS, [16, 32, 64, 128, 512])}
+    assert by_budget[16]["best"] is None and by_budget[16]["candidates"] == 0
+    at32 = by_budget[32]
+    assert at32["best"]["label"] == "opq k=32" and at32["best"]["fit_s"] == 60.0
+    assert at32["runner_up"]["label"] == "pq k=32" and at32["margin"] == pytest.approx(0.041)
+    at64 = by_budget[64]  # every row of at most 64 B counts, whatever budget it was run at
+    assert at64["best"]["label"] == "opq k=64"
+    assert at64["runner_up"]["label"] == "pq k=64" and at64["margin"] == pytest.approx(0.006)
+    best_at_64 = max((r for r in ROWS if r["bytes_per_vector"] <= 64), key=lambda r: r["ndcg_at_10"])
+    assert at64["best"]["ndcg_at_10"] == best_at_64["ndcg_at_10"]
+    # fastest within 0.01 of 0.89: pq k=64 (0.884) at 0.30 ms loses to opq itself at 0.25 ms
+    assert at64["fastest"]["label"] == "opq k=64"
+    at128 = by_budget[128]
+    assert at128["best"]["label"] == "opq k=64" and at128["runner_up"]["label"] == "pq k=64"
+    assert at128["fastest"]["label"] == "csr k=32"  # 0.881 is within 0.01 of 0.89 and 8x faster
+    assert by_budget[512]["best"]["label"] == "svd k=16 + rerank-int8"  # funnel rows count with their store's bytes
+
+
+def test_ties_prefer_fewer_bytes_and_runner_up_is_another_method() -> None:
+    rows = [_row("a", 1, 16, 0.5, 1.0), _row("a", 2, 32, 0.5, 1.0), _row("a", 3, 32, 0.4, 1.0)]
+    (entry,) = recommend(rows, [32])
+    assert entry["best"]["label"] == "a k=1" and entry["runner_up"] is None and entry["margin"] is None
+
+
+def test_pareto_front_keeps_only_undominated_rows_by_bytes() -> None:
+    front = [row_label(r) for r in pareto_front(ROWS)]
+    assert front == ["opq k=32", "opq k=64", "svd k=16 + rerank-int8", "float32"]  # csr k=8: opq is better at 32 B
+
+
+def test_bench_maps_byte_budgets_to_each_methods_own_k() -> None:
+    rng = np.random.default_rng(0)
+    corpus = rng.standard_normal((300, 32)).astype(np.float32)
+    corpus /= np.linalg.norm(corpus, axis=1, keepdims=True)
+    queries = corpus[:40] + 0.1 * rng.standard_normal((40, 32)).astype(np.float32)
+    qrels = sp.csr_matrix((np.ones(40), (np.arange(40), np.arange(40))), shape=(40, 300))
+    data = Dataset("toy", corpus, queries.astype(np.float32), qrels)
+    config = BenchConfig(methods=["svd", "pq", "sq", "int8"], bytes=[8, 16, 64], device="cpu", rounds=1, warmup=0,
+                         batch_size=16, method_params={"pq": {"nbits": 8}})
+    result = run_bench(data, config)
+    rows = {(r["method"], r["k"]): r for r in result.rows}
+    assert {k for m, k in rows if m == "svd"} == {2, 4, 16}  # float32 dims: bytes / 4
+    assert {k for m, k in rows if m == "pq"} == {8, 16, 32}  # sub-quantisers at 8 bits: the bytes, dividing 32
+    assert {k for m, k in rows if m == "sq"} == {4, 8}  # 16 B: 4 bits, 64 B: 8 bits (32 B); 8 B: nothing fits
+    assert all(r["bytes_per_vector"] <= 64 for r in result.rows if r["method"] != "float32")
+    assert [e["budget_bytes"] for e in result.recommendation] == [8, 16, 64]
+    at64 = result.recommendation[-1]
+    best = max((r for r in result.rows if r["bytes_per_vector"] <= 64), key=lambda r: r["ndcg_at_10"])
+    assert at64["best"]["ndcg_at_10"] == best["ndcg_at_10"]
+    assert any("sq: no budget fits 8 B" in note for note in result.notes)
+    assert adaptemb.get_registry().get("pq").Config.model_fields["k"].default is None
+
+
+def test_bytes_and_budgets_are_exclusive_and_bytes_must_be_integers() -> None:
+    from typer.testing import CliRunner
+
+    from adaptemb.cli import app
+
+    runner = CliRunner()
+    both = runner.invoke(app, ["bench", "--methods", "svd", "--bytes", "16", "--budgets", "4"])
+    assert both.exit_code == 2 and "not both" in both.stderr
+    bad = runner.invoke(app, ["bench", "--methods", "svd", "--bytes", "16,x"])
+    assert bad.exit_code == 2 and "--bytes must be a comma-separated list" in bad.stderr
