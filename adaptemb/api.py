@@ -21,7 +21,6 @@ from adaptemb.serialization import (
     read_codes,
     split_prefix,
 )
-from adaptemb.validation import as_matrix
 
 
 def get_compressor(method: str, **params: Any) -> Compressor:
@@ -46,7 +45,9 @@ def fit(
     """
     cls = get_registry().get(method)
     if k is not None and "k" not in cls.Config.model_fields:  # no budget: the rule encode applies
-        Budgets.unbudgeted(as_matrix(emb).shape[1]).resolve(k, method)
+        shape = getattr(emb, "shape", ())  # validating emb here too would read it twice: fit() validates it
+        if len(shape) == 2:
+            Budgets.unbudgeted(int(shape[1])).resolve(k, method)
     elif k is not None:
         params["k"] = k
     return cls(**params).fit(emb, pairs=pairs, labels=labels)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,8 @@ def load_embeddings(path: str | Path, key: str | None = None) -> np.ndarray:
         raise CorruptFileError(f"could not read {source}: {err}") from None
 
 
-def _pick(source: Path, names: list[str], key: str | None, what: str) -> str:
+def pick_name(source: Path, names: list[str], key: str | None, what: str) -> str:
+    """``key`` when ``names`` has it, else the only name; errors name the file and list what it holds."""
     if key is not None:
         if key not in names:
             raise KeyError(f"{source.name} has no {what} {key!r}; it has: {', '.join(names) or 'none'}")
@@ -53,7 +55,7 @@ def _read_npy(source: Path, key: str | None) -> np.ndarray:
 
 def _read_npz(source: Path, key: str | None) -> np.ndarray:
     with np.load(source, allow_pickle=False) as archive:
-        return archive[_pick(source, list(archive.files), key, "array")]
+        return archive[pick_name(source, list(archive.files), key, "array")]
 
 
 def _read_safetensors(source: Path, key: str | None) -> np.ndarray:
@@ -61,24 +63,32 @@ def _read_safetensors(source: Path, key: str | None) -> np.ndarray:
     from safetensors import safe_open
 
     with safe_open(str(source), framework="pt") as handle:
-        name = _pick(source, list(handle.keys()), key, "tensor")
+        name = pick_name(source, list(handle.keys()), key, "tensor")
         tensor = handle.get_tensor(name)
     # numpy has no bfloat16: widen it to float32, which is exact
     return tensor.float().numpy() if tensor.dtype == torch.bfloat16 else tensor.numpy()
 
 
 def _read_parquet(source: Path, key: str | None) -> np.ndarray:
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     table = pq.read_table(source)
-    vector_columns = [
-        field.name for field in table.schema
-        if pa.types.is_list(field.type) or pa.types.is_fixed_size_list(field.type) or pa.types.is_large_list(field.type)
-    ]
-    column = table.column(_pick(source, vector_columns, key, "vector column"))
-    lengths = set(column.combine_chunks().value_lengths().to_numpy(zero_copy_only=False).tolist())
+    column = table.column(pick_name(source, vector_columns(table.schema), key, "vector column"))
+    return list_column_rows(column.combine_chunks(), source)
+
+
+def vector_columns(schema: Any) -> list[str]:
+    """The names of a parquet / arrow schema's list columns (the ones that can hold vectors)."""
+    import pyarrow as pa
+
+    return [field.name for field in schema
+            if pa.types.is_list(field.type) or pa.types.is_fixed_size_list(field.type) or pa.types.is_large_list(field.type)]
+
+
+def list_column_rows(column: Any, source: Path) -> np.ndarray:
+    """An arrow list array of equal-length vectors as an (n, d) array; ``CorruptFileError`` when lengths differ."""
+    lengths = set(column.value_lengths().to_numpy(zero_copy_only=False).tolist())
     if len(lengths) > 1:
-        raise ValueError(f"{source.name}: vectors in column have different lengths {sorted(lengths)[:5]}")
-    flat = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        raise CorruptFileError(f"{source.name}: vectors in column have different lengths {sorted(lengths)[:5]}")
+    flat = column.flatten().to_numpy(zero_copy_only=False)
     return flat.reshape(len(column), lengths.pop() if lengths else 0)

@@ -30,6 +30,7 @@ from adaptemb._version import __version__
 from adaptemb.api import load
 from adaptemb.codes import Codes
 from adaptemb.compressor import Compressor
+from adaptemb.data import list_column_rows, pick_name, vector_columns
 from adaptemb.errors import CorruptFileError
 from adaptemb.progress import progress_bar
 from adaptemb.serialization import atomic_write, existing_file
@@ -94,7 +95,7 @@ class RowSource:
 
         with safe_open(str(self.path), framework="numpy") as handle:
             names = list(handle.keys())
-            name = _pick(self.path, names, key, "tensor")
+            name = pick_name(self.path, names, key, "tensor")
             self.shape = tuple(handle.get_slice(name).get_shape())
 
         def read(start: int, stop: int) -> np.ndarray:
@@ -109,9 +110,7 @@ class RowSource:
 
         parquet = pq.ParquetFile(self.path, buffer_size=1 << 22, pre_buffer=False)  # stream pages, not whole chunks
         schema = parquet.schema_arrow
-        vectors = [f.name for f in schema if pa.types.is_list(f.type) or pa.types.is_fixed_size_list(f.type)
-                   or pa.types.is_large_list(f.type)]
-        column = _pick(self.path, vectors, key, "vector column")
+        column = pick_name(self.path, vector_columns(schema), key, "vector column")
         sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
         starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         first = next(parquet.iter_batches(batch_size=1, columns=[column]), None)
@@ -125,7 +124,7 @@ class RowSource:
             for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH, row_groups=groups, columns=[column]):
                 lo, hi = max(start - row, 0), min(stop - row, batch.num_rows)
                 if hi > lo:
-                    yield _list_column_rows(batch.column(0).slice(lo, hi - lo), self.path)
+                    yield list_column_rows(batch.column(0).slice(lo, hi - lo), self.path)
                 row += batch.num_rows
                 if row >= stop:
                     break
@@ -163,24 +162,6 @@ class RowSource:
 
 def _joined(parts: list[np.ndarray], width: int) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty((0, width), dtype=np.float32)
-
-
-def _list_column_rows(column: Any, path: Path) -> np.ndarray:
-    lengths = set(column.value_lengths().to_numpy(zero_copy_only=False).tolist())
-    if len(lengths) > 1:
-        raise CorruptFileError(f"{path.name}: vectors have different lengths {sorted(lengths)[:5]}")
-    flat = column.flatten().to_numpy(zero_copy_only=False)
-    return flat.reshape(len(column), lengths.pop() if lengths else 0)
-
-
-def _pick(path: Path, names: list[str], key: str | None, what: str) -> str:
-    if key is not None:
-        if key not in names:
-            raise KeyError(f"{path.name} has no {what} {key!r}; it has: {', '.join(names) or 'none'}")
-        return key
-    if len(names) != 1:
-        raise ValueError(f"{path.name} holds {len(names)} {what}s ({', '.join(names) or 'none'}); name one with key=...")
-    return names[0]
 
 
 # -- the job --------------------------------------------------------------------------------------

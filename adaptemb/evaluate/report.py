@@ -172,13 +172,18 @@ def plot_quality(result: BenchResult, path: Path, *, x: str, xlabel: str, metric
             linestyle, marker = _VARIANT_STYLE.get(rows[0]["variant"], ("-.", "x"))
             style = {"marker": marker, "linestyle": linestyle, "color": colours[rows[0]["method"]]}
         ax.plot(xs, ys, label=label, **style)
+    label = metric.replace("_at_", "@").upper()
+    return _finish(fig, ax, path, xlabel=xlabel, ylabel=label, title=f"{result.dataset['name']}: {label} vs {xlabel}")
+
+
+def _finish(fig: Any, ax: Any, path: Path, *, xlabel: str, ylabel: str, title: str, legend_size: int = 8) -> Path:
+    """The axes every bench plot shares (log x, grid, legend outside on the right), saved to ``path`` and closed."""
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
-    label = metric.replace("_at_", "@").upper()
-    ax.set_ylabel(label)
-    ax.set_title(f"{result.dataset['name']}: {label} vs {xlabel}")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.legend(fontsize=legend_size, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -208,17 +213,9 @@ def plot_pareto(result: BenchResult, path: Path, metric: str = "ndcg_at_10") -> 
         for r in front:
             ax.annotate(row_label(r), (r["bytes_per_vector"], r[metric]), fontsize=6, xytext=(3, -9),
                         textcoords="offset points")
-    ax.set_xscale("log")
-    ax.set_xlabel("bytes per vector")
     label = metric.replace("_at_", "@").upper()
-    ax.set_ylabel(label)
-    ax.set_title(f"{result.dataset['name']}: {label} vs bytes per vector, every method (Pareto front in black)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    title = f"{result.dataset['name']}: {label} vs bytes per vector, every method (Pareto front in black)"
+    return _finish(fig, ax, path, xlabel="bytes per vector", ylabel=label, title=title, legend_size=7)
 
 
 def plot_scale(result: BenchResult, path: Path) -> Path:
@@ -229,15 +226,8 @@ def plot_scale(result: BenchResult, path: Path) -> Path:
         marker = "*" if row["method"].startswith("faiss-") else "o"
         ax.plot(row["latency_per_query_ms"], row["ndcg_at_10"], marker=marker, linestyle="none", markersize=9,
                 label=f"{label} ({row['bytes_per_vector']:.0f} B)")
-    ax.set_xscale("log")
-    ax.set_xlabel("ms per query (median, batch of 512)"), ax.set_ylabel("NDCG@10")
-    ax.set_title(f"{result.dataset['name']} at {result.scale[0]['n']:,} rows: quality vs search latency")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, path, xlabel="ms per query (median, batch of 512)", ylabel="NDCG@10",
+                   title=f"{result.dataset['name']} at {result.scale[0]['n']:,} rows: quality vs search latency")
 
 
 def markdown_table(rows: list[Row], columns: list[tuple[str, str, str]] = COLUMNS) -> str:
