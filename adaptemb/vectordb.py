@@ -1,7 +1,12 @@
-"""Codes into a vector database people already run: Qdrant (local mode, in memory, or a server).
+"""Codes into a vector database people already run: Qdrant or Milvus.
 
-``export_codes(codes, to="qdrant", location=...)`` writes one point per row (id = row number, or the
-``ids`` given, plus an optional payload per row) into a collection with one named vector ``codes``:
+``export_codes(codes, to="qdrant" | "milvus", location=...)`` writes one row per code (id = row number,
+or the ``ids`` given, plus an optional payload dict per row) into a new collection with one vector
+named ``codes``, in batches of 1,000 rows; ``search_qdrant`` / ``search_milvus`` query such a
+collection with query codes of the same kind and return ``(scores, ids)`` as ``Index.search`` does.
+
+**Qdrant** (``pip install 'adaptemb[qdrant]'``; ``location``: ``":memory:"``, a local folder for the
+embedded mode, or an ``http(s)://`` URL). Payload = the point's payload.
 
 ============================  ====================================================================
 codes                         Qdrant vector (similarity)
@@ -14,14 +19,42 @@ codes                         Qdrant vector (similarity)
                               not the dequantised inner product, so its ranking is approximate
 ============================  ====================================================================
 
-``search_qdrant`` queries such a collection with query codes of the same kind. The database scores
-symmetrically (query codes against document codes, as ``Codes.similarity`` does); an asymmetric
-method's default search (csr / bsa with a dense projected query) is not something Qdrant computes.
+**Milvus** (``pip install 'adaptemb[milvus]'``; ``location``: a local file path ending in ``.db`` for
+Milvus Lite, no server, or an ``http(s)://`` URI of a server). Ids are the ``INT64`` primary key ``id``;
+the payload goes into dynamic fields (its keys may not be ``id`` or ``codes``). Every vector is scored by
+inner product (``IP``) through an index that searches exhaustively, so the database ranks as adaptemb does:
+
+============================  ====================================================================
+codes                         Milvus field (metric ``IP``; index)
+============================  ====================================================================
+``sparse`` (csr)              ``SPARSE_FLOAT_VECTOR`` of the stored non-zero values
+                              (``SPARSE_INVERTED_INDEX``, ``drop_ratio_build`` and
+                              ``drop_ratio_search`` 0: no entry dropped, exact) [1]
+``binary_sparse`` (bsa)       ``SPARSE_FLOAT_VECTOR`` of ones on the active features
+                              (IP = overlap count; as above) [1]
+``dense`` (svd, mrl, cllr)    ``FLOAT_VECTOR`` float32 (``FLAT``)
+``binary``                    ``FLOAT_VECTOR`` of ±1 (IP = d − 2·Hamming: the Hamming ranking;
+                              ``FLAT``); Milvus Lite has no ``BINARY_VECTOR`` / ``HAMMING``
+``int8``                      ``FLOAT_VECTOR`` of the dequantised values ``offset + scale·code``
+                              (``FLAT``): IP is adaptemb's int8 similarity, the same ranking
+============================  ====================================================================
+
+[1] Milvus Lite before 3.2.2 scores every ``SPARSE_FLOAT_VECTOR`` field by BM25, whatever metric the
+index or the search names. Against such a Milvus Lite (found from the server version) sparse and
+binary-sparse codes are stored densified instead: ``FLOAT_VECTOR`` of width ``dim`` (``FLAT``, IP), the
+same scores at ``dim`` floats a row. ``search_milvus`` queries whichever field the collection holds.
+
+Both databases score symmetrically (query codes against document codes, as ``Codes.similarity`` does);
+an asymmetric method's default search (csr / bsa with a dense projected query) is not something a vector
+database computes. A sparse index only returns documents that share a feature with the query: a query
+with fewer than ``top_k`` such documents gets the rest padded (id -1, score -inf).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,7 +62,12 @@ import numpy as np
 from adaptemb.codes import Codes
 
 VECTOR_NAME = "codes"
+ID_FIELD = "id"  # Milvus: the INT64 primary key
+SUPPORTED_KINDS = ("sparse", "binary_sparse", "dense", "binary", "int8")
+_SPARSE_KINDS = ("sparse", "binary_sparse")
 _BATCH = 1_000
+_QUERY_BATCH = 100  # Milvus: query vectors per search request
+_LITE_SPARSE_IP = (3, 2, 2)  # the first Milvus Lite that scores SPARSE_FLOAT_VECTOR by IP, not BM25
 
 
 def _require_qdrant() -> Any:
@@ -38,6 +76,20 @@ def _require_qdrant() -> Any:
     except ModuleNotFoundError:
         raise ModuleNotFoundError("exporting to Qdrant needs qdrant-client: pip install 'adaptemb[qdrant]'") from None
     return QdrantClient
+
+
+def _require_milvus(lite: bool) -> Any:
+    try:
+        from pymilvus import MilvusClient
+
+        if lite:
+            import milvus_lite  # noqa: F401  pymilvus starts Milvus Lite for a .db path
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            f"exporting to Milvus needs pymilvus{' and milvus-lite' if lite else ''} ({error.name} is missing): "
+            "pip install 'adaptemb[milvus]'"
+        ) from None
+    return MilvusClient
 
 
 def qdrant_client(location: str = ":memory:") -> Any:
@@ -50,68 +102,126 @@ def qdrant_client(location: str = ":memory:") -> Any:
     return client_class(path=location)
 
 
+def milvus_client(location: str) -> Any:
+    """A pymilvus ``MilvusClient``: a local ``.db`` path (Milvus Lite, no server) or an ``http(s)://`` URI.
+
+    Milvus Lite runs in this process, one server per ``.db`` path; its parent folder is created.
+    """
+    server = location.startswith(("http://", "https://", "tcp://", "unix:"))
+    if not server and not location.endswith(".db"):
+        raise ValueError(
+            f"a Milvus location is a local file path ending in .db (Milvus Lite) or a server URI "
+            f"(http://host:19530); got {location!r}"
+        )
+    client_class = _require_milvus(lite=not server)
+    if not server:
+        location = str(Path(location).expanduser())
+        Path(location).parent.mkdir(parents=True, exist_ok=True)
+    return client_class(uri=location)
+
+
 def export_codes(codes: Codes, *, to: str = "qdrant", location: str | Any = ":memory:", collection: str = "adaptemb",
-                 ids: Sequence[int] | np.ndarray | None = None, payload: Sequence[dict[str, Any]] | None = None,
+                 ids: Sequence[int] | np.ndarray | None = None, payload: Sequence[Mapping[str, Any]] | None = None,
                  recreate: bool = False) -> Any:
-    """Write ``codes`` into a new collection and return the client. ``location`` may be a client already open."""
-    if to != "qdrant":
-        raise ValueError(f"unknown vector database {to!r}; supported: qdrant")
+    """Write ``codes`` into a new collection of ``to`` (``"qdrant"`` or ``"milvus"``) and return the client.
+
+    ``location`` is where the database is (see ``qdrant_client`` / ``milvus_client``) or a client already
+    open. An existing collection is refused unless ``recreate`` replaces it.
+    """
+    exporter = _EXPORTERS.get(to)
+    if exporter is None:
+        raise ValueError(f"unknown vector database {to!r}; supported: {', '.join(sorted(_EXPORTERS))}")
     if not isinstance(codes, Codes):
         raise TypeError(f"export_codes needs codes from encode(); got {type(codes).__name__}")
-    row_ids = np.arange(len(codes)) if ids is None else np.asarray(ids)
-    if row_ids.shape != (len(codes),) or not np.issubdtype(row_ids.dtype, np.integer) or (row_ids < 0).any():
-        raise ValueError(f"ids must be {len(codes)} non-negative integers, one per row")
-    if payload is not None and len(payload) != len(codes):
+    _check_kind(codes, to)
+    row_ids = _row_ids(codes, ids)
+    _check_payload(codes, payload, reserved=_RESERVED_KEYS[to])
+    return exporter(codes, location, collection, row_ids, payload, recreate)
+
+
+def _check_kind(codes: Codes, to: str) -> None:
+    if codes.kind not in SUPPORTED_KINDS:
+        raise ValueError(f"{codes.kind!r} codes have no {_NAMES[to]} vector type; supported: {', '.join(SUPPORTED_KINDS)}")
+
+
+def _row_ids(codes: Codes, ids: Sequence[int] | np.ndarray | None) -> np.ndarray:
+    """One distinct non-negative integer per row (the row numbers when ``ids`` is None)."""
+    if ids is None:
+        return np.arange(len(codes), dtype=np.int64)
+    row_ids = np.asarray(ids)
+    if (row_ids.shape != (len(codes),) or not np.issubdtype(row_ids.dtype, np.integer) or (row_ids < 0).any()
+            or len(np.unique(row_ids)) != len(row_ids)):
+        raise ValueError(f"ids must be {len(codes)} non-negative integers, one per row, all distinct")
+    return row_ids
+
+
+def _check_payload(codes: Codes, payload: Sequence[Mapping[str, Any]] | None, reserved: tuple[str, ...]) -> None:
+    if payload is None:
+        return
+    if len(payload) != len(codes):
         raise ValueError(f"payload must hold one dict per row ({len(codes)}); got {len(payload)}")
-    client = qdrant_client(location) if isinstance(location, str) else location
-    if client.collection_exists(collection):
+    for row, item in enumerate(payload):
+        if not isinstance(item, Mapping):
+            raise TypeError(f"payload must hold one dict per row; row {row} is a {type(item).__name__}")
+        clash = [key for key in reserved if key in item]
+        if clash:
+            raise ValueError(f"payload row {row} uses the reserved key {clash[0]!r} (the collection's own field)")
+
+
+def _fresh_collection(exists: bool, recreate: bool, collection: str, drop: Callable[[], Any]) -> None:
+    if exists:
         if not recreate:
             raise ValueError(f"collection {collection!r} already exists; pass recreate=True (--recreate) to replace it")
-        client.delete_collection(collection)
-    _create_collection(client, collection, codes)
+        drop()
+
+
+def _batches(n: int, size: int) -> Iterator[tuple[int, int]]:
+    for start in range(0, n, size):
+        yield start, min(start + size, n)
+
+
+# -- Qdrant ------------------------------------------------------------------------------------------
+
+
+def _export_qdrant(codes: Codes, location: str | Any, collection: str, row_ids: np.ndarray,
+                   payload: Sequence[Mapping[str, Any]] | None, recreate: bool) -> Any:
+    client = qdrant_client(location) if isinstance(location, str) else location
     from qdrant_client import models
 
-    for start in range(0, len(codes), _BATCH):
-        stop = min(start + _BATCH, len(codes))
-        vectors = _vectors(codes[start:stop])
+    _fresh_collection(client.collection_exists(collection), recreate, collection,
+                      lambda: client.delete_collection(collection))
+    if codes.kind in _SPARSE_KINDS:
+        client.create_collection(collection, vectors_config={},
+                                 sparse_vectors_config={VECTOR_NAME: models.SparseVectorParams()})
+    else:
+        datatype = models.Datatype.UINT8 if codes.kind == "int8" else models.Datatype.FLOAT32
+        client.create_collection(collection, vectors_config={
+            VECTOR_NAME: models.VectorParams(size=codes.dim, distance=models.Distance.DOT, datatype=datatype)})
+    for start, stop in _batches(len(codes), _BATCH):
         points = [models.PointStruct(id=int(row_ids[start + i]), vector={VECTOR_NAME: vector},
-                                     payload=None if payload is None else payload[start + i])
-                  for i, vector in enumerate(vectors)]
+                                     payload=None if payload is None else dict(payload[start + i]))
+                  for i, vector in enumerate(_qdrant_vectors(codes[start:stop]))]
         client.upsert(collection, points=points, wait=True)
     return client
 
 
 def search_qdrant(client: Any, collection: str, query_codes: Codes, top_k: int = 10) -> tuple[np.ndarray, np.ndarray]:
     """(scores, ids), each (n_queries, top_k), of query codes searched in a collection ``export_codes`` wrote."""
+    _check_kind(query_codes, "qdrant")
     scores = np.full((len(query_codes), top_k), -np.inf, dtype=np.float32)
     ids = np.full((len(query_codes), top_k), -1, dtype=np.int64)
-    for row, vector in enumerate(_vectors(query_codes)):
+    for row, vector in enumerate(_qdrant_vectors(query_codes)):
         hits = client.query_points(collection, query=vector, using=VECTOR_NAME, limit=top_k).points
         scores[row, : len(hits)] = [hit.score for hit in hits]
         ids[row, : len(hits)] = [int(hit.id) for hit in hits]
     return scores, ids
 
 
-def _create_collection(client: Any, collection: str, codes: Codes) -> None:
+def _qdrant_vectors(codes: Codes) -> Iterator[Any]:
+    """One Qdrant vector per row, as ``_export_qdrant`` declared the collection."""
     from qdrant_client import models
 
-    if codes.kind in ("sparse", "binary_sparse"):
-        client.create_collection(collection, vectors_config={},
-                                 sparse_vectors_config={VECTOR_NAME: models.SparseVectorParams()})
-        return
-    width = {"dense": codes.dim, "binary": codes.dim, "int8": codes.dim}.get(codes.kind)
-    if width is None:
-        raise ValueError(f"{codes.kind!r} codes have no Qdrant vector type; supported: sparse, binary_sparse, dense, binary, int8")
-    datatype = models.Datatype.UINT8 if codes.kind == "int8" else models.Datatype.FLOAT32
-    client.create_collection(collection, vectors_config={
-        VECTOR_NAME: models.VectorParams(size=width, distance=models.Distance.DOT, datatype=datatype)})
-
-
-def _vectors(codes: Codes) -> Iterator[Any]:
-    """One Qdrant vector per row, as ``_create_collection`` declared it."""
-    from qdrant_client import models
-
-    if codes.kind in ("sparse", "binary_sparse"):
+    if codes.kind in _SPARSE_KINDS:
         matrix = codes.to_csr()  # type: ignore[attr-defined]
         for row in range(matrix.shape[0]):
             lo, hi = matrix.indptr[row], matrix.indptr[row + 1]
@@ -119,8 +229,84 @@ def _vectors(codes: Codes) -> Iterator[Any]:
     elif codes.kind == "int8":
         for row in codes.to_arrays()["codes"].astype(np.int16) + 128:
             yield row.tolist()
-    elif codes.kind in ("dense", "binary"):
+    else:  # dense, binary (±1)
         for row in codes.to_dense():
             yield row.astype(float).tolist()
+
+
+# -- Milvus ------------------------------------------------------------------------------------------
+
+
+def _export_milvus(codes: Codes, location: str | Any, collection: str, row_ids: np.ndarray,
+                   payload: Sequence[Mapping[str, Any]] | None, recreate: bool) -> Any:
+    if row_ids.size and int(row_ids.max()) > np.iinfo(np.int64).max:
+        raise ValueError("Milvus ids are INT64: every id must be below 2**63")
+    client = milvus_client(location) if isinstance(location, str) else location
+    from pymilvus import DataType
+
+    sparse = codes.kind in _SPARSE_KINDS and _scores_sparse_by_ip(client)
+    _fresh_collection(client.has_collection(collection), recreate, collection,
+                      lambda: client.drop_collection(collection))
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=True)
+    schema.add_field(ID_FIELD, DataType.INT64, is_primary=True)
+    index = client.prepare_index_params()
+    if sparse:
+        schema.add_field(VECTOR_NAME, DataType.SPARSE_FLOAT_VECTOR)
+        index.add_index(VECTOR_NAME, index_type="SPARSE_INVERTED_INDEX", metric_type="IP", params={"drop_ratio_build": 0.0})
     else:
-        raise ValueError(f"{codes.kind!r} codes have no Qdrant vector type; supported: sparse, binary_sparse, dense, binary, int8")
+        schema.add_field(VECTOR_NAME, DataType.FLOAT_VECTOR, dim=codes.dim)
+        index.add_index(VECTOR_NAME, index_type="FLAT", metric_type="IP")
+    # Strong consistency: a search right after the export sees every row
+    client.create_collection(collection, schema=schema, index_params=index, consistency_level="Strong")
+    for start, stop in _batches(len(codes), _BATCH):
+        rows = [{**({} if payload is None else payload[start + i]), ID_FIELD: int(row_ids[start + i]), VECTOR_NAME: vector}
+                for i, vector in enumerate(_milvus_vectors(codes[start:stop], sparse))]
+        client.insert(collection, rows)
+    client.flush(collection)  # sealed segments: durable, and Milvus Lite searches them faster than its write buffer
+    return client
+
+
+def search_milvus(client: Any, collection: str, query_codes: Codes, top_k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, ids), each (n_queries, top_k), of query codes searched in a collection ``export_codes`` wrote."""
+    from pymilvus import DataType
+
+    _check_kind(query_codes, "milvus")
+    field = next((f for f in client.describe_collection(collection)["fields"] if f["name"] == VECTOR_NAME), None)
+    if field is None:
+        raise ValueError(f"collection {collection!r} has no vector field {VECTOR_NAME!r}; write it with export_codes")
+    sparse = field["type"] == DataType.SPARSE_FLOAT_VECTOR
+    if not sparse and int(field["params"]["dim"]) != query_codes.dim:
+        raise ValueError(f"query code dim {query_codes.dim} != the collection's vector dim {int(field['params']['dim'])}")
+    params = {"metric_type": "IP", "params": {"drop_ratio_search": 0.0} if sparse else {}}
+    scores = np.full((len(query_codes), top_k), -np.inf, dtype=np.float32)
+    ids = np.full((len(query_codes), top_k), -1, dtype=np.int64)
+    for start, stop in _batches(len(query_codes), _QUERY_BATCH):
+        results = client.search(collection, data=_milvus_vectors(query_codes[start:stop], sparse), anns_field=VECTOR_NAME,
+                                limit=top_k, search_params=params, output_fields=[ID_FIELD])
+        for row, hits in enumerate(results, start):
+            scores[row, : len(hits)] = [hit["distance"] for hit in hits]
+            ids[row, : len(hits)] = [int(hit["id"]) for hit in hits]
+    return scores, ids
+
+
+def _milvus_vectors(codes: Codes, sparse: bool) -> list[Any]:
+    """One Milvus vector per row: a {index: value} dict of the non-zeros, or a float32 row of ``to_dense``
+    (±1 for binary, the dequantised values for int8)."""
+    if sparse:
+        matrix = codes.to_csr()  # type: ignore[attr-defined]
+        matrix.eliminate_zeros()
+        return [dict(zip(matrix.indices[lo:hi].tolist(), matrix.data[lo:hi].astype(float).tolist(), strict=True))
+                for lo, hi in zip(matrix.indptr[:-1], matrix.indptr[1:], strict=True)]
+    return list(codes.to_dense().astype(np.float32, copy=False))
+
+
+def _scores_sparse_by_ip(client: Any) -> bool:
+    """False for Milvus Lite before 3.2.2 (server version ``milvus_lite-X.Y.Z``), which scores every
+    SPARSE_FLOAT_VECTOR field by BM25 whatever metric is asked; True for a Milvus server."""
+    match = re.match(r"milvus_lite-(\d+)\.(\d+)(?:\.(\d+))?", str(client.get_server_version()))
+    return match is None or tuple(int(part or 0) for part in match.groups()) >= _LITE_SPARSE_IP
+
+
+_EXPORTERS: dict[str, Callable[..., Any]] = {"milvus": _export_milvus, "qdrant": _export_qdrant}
+_NAMES = {"milvus": "Milvus", "qdrant": "Qdrant"}
+_RESERVED_KEYS: dict[str, tuple[str, ...]] = {"milvus": (ID_FIELD, VECTOR_NAME), "qdrant": ()}

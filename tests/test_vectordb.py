@@ -1,8 +1,13 @@
-"""Codes into Qdrant (local mode, no server): the database returns what adaptemb's own search returns."""
+"""Codes into Qdrant (local mode) and Milvus (Milvus Lite), no server: the database returns what adaptemb's own
+search returns."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -10,11 +15,13 @@ from typer.testing import CliRunner
 
 import adaptemb
 from adaptemb.cli import app
-
-pytest.importorskip("qdrant_client")
-from adaptemb.vectordb import export_codes, qdrant_client, search_qdrant
+from adaptemb.codes import DenseCodes, ProjectedQueries
+from adaptemb.vectordb import export_codes, milvus_client, qdrant_client, search_milvus, search_qdrant
 
 DOCS, QUERIES = 600, 25  # Qdrant's local mode scores by brute force in Python: keep it small
+needs_qdrant = pytest.mark.skipif(importlib.util.find_spec("qdrant_client") is None, reason="needs qdrant-client")
+needs_milvus = pytest.mark.skipif(importlib.util.find_spec("pymilvus") is None or importlib.util.find_spec("milvus_lite") is None,
+                                  reason="needs pymilvus and milvus-lite")
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +36,7 @@ def fitted(method: str, docs: np.ndarray) -> adaptemb.Compressor:
     return adaptemb.fit(docs, method, **adaptemb.get_registry().get(method).test_params)
 
 
+@needs_qdrant
 def test_csr_search_in_qdrant_matches_the_index(data: tuple[np.ndarray, np.ndarray]) -> None:
     docs, queries = data
     csr = fitted("csr", docs)
@@ -39,6 +47,7 @@ def test_csr_search_in_qdrant_matches_the_index(data: tuple[np.ndarray, np.ndarr
     np.testing.assert_allclose(scores, expected_scores, rtol=1e-3, atol=1e-3)
 
 
+@needs_qdrant
 @pytest.mark.parametrize("method", ["svd", "mrl", "binary", "bsa"])
 def test_top_scores_match_the_codes_own_similarity(method: str, data: tuple[np.ndarray, np.ndarray]) -> None:
     docs, queries = data
@@ -55,6 +64,7 @@ def test_top_scores_match_the_codes_own_similarity(method: str, data: tuple[np.n
     np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-4)
 
 
+@needs_qdrant
 def test_int8_codes_are_stored_as_shifted_uint8(data: tuple[np.ndarray, np.ndarray]) -> None:
     codes = fitted("int8", data[0]).encode(data[0][:5])
     client = export_codes(codes)
@@ -62,6 +72,7 @@ def test_int8_codes_are_stored_as_shifted_uint8(data: tuple[np.ndarray, np.ndarr
     np.testing.assert_array_equal(np.asarray(stored), codes.codes[3].astype(np.int16) + 128)
 
 
+@needs_qdrant
 def test_local_folder_ids_payload_and_recreate(data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
     codes = fitted("svd", data[0]).encode(data[0][:20], k=4)
     folder = str(tmp_path / "qdrant")
@@ -75,9 +86,11 @@ def test_local_folder_ids_payload_and_recreate(data: tuple[np.ndarray, np.ndarra
     assert qdrant_client(folder).count("adaptemb").count == 20  # persisted in the folder
 
 
+@needs_qdrant
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"to": "pinecone"}, "unknown vector database 'pinecone'"), ({"ids": np.arange(3)}, "ids must be 20 non-negative"),
+    [({"to": "pinecone"}, "unknown vector database 'pinecone'; supported: milvus, qdrant"),
+     ({"ids": np.arange(3)}, "ids must be 20 non-negative"), ({"ids": np.zeros(20, int)}, "all distinct"),
      ({"payload": [{}]}, "one dict per row")],
 )
 def test_bad_exports_are_refused(kwargs: dict, message: str, data: tuple[np.ndarray, np.ndarray]) -> None:
@@ -86,6 +99,7 @@ def test_bad_exports_are_refused(kwargs: dict, message: str, data: tuple[np.ndar
         export_codes(codes, **kwargs)
 
 
+@needs_qdrant
 def test_cli_exports_encoded_shards(data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
     np.save(tmp_path / "docs.npy", data[0])
     model = fitted("csr", data[0]).save(tmp_path / "csr.safetensors")
@@ -95,3 +109,159 @@ def test_cli_exports_encoded_shards(data: tuple[np.ndarray, np.ndarray], tmp_pat
     result = runner.invoke(app, ["export-codes", "--codes", str(tmp_path / "codes"), "--location", str(tmp_path / "db")])
     assert result.exit_code == 0 and f"wrote {DOCS} sparse codes" in result.output
     assert qdrant_client(str(tmp_path / "db")).count("adaptemb").count == DOCS
+
+
+# -- Milvus (Milvus Lite: an in-process server per .db path, so one file serves the module's collections) --------
+
+
+@pytest.fixture(scope="module")
+def milvus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    if importlib.util.find_spec("pymilvus") is None or importlib.util.find_spec("milvus_lite") is None:
+        pytest.skip("needs pymilvus and milvus-lite")
+    client = milvus_client(str(tmp_path_factory.mktemp("milvus") / "codes.db"))
+    yield client
+    client.close()
+
+
+def assert_same_top(scores: np.ndarray, ids: np.ndarray, expected_scores: np.ndarray, expected_ids: np.ndarray) -> None:
+    """The database's top list is adaptemb's: same scores, and the same ids wherever a score is not tied
+    with the last one kept (a tie at the cut may be broken either way)."""
+    np.testing.assert_allclose(scores, expected_scores, rtol=1e-4, atol=1e-4)
+    cut = expected_scores[:, -1:] + 1e-4
+    for row in range(len(ids)):
+        assert set(ids[row][scores[row] > cut[row]]) == set(expected_ids[row][expected_scores[row] > cut[row]]), row
+
+
+@needs_milvus
+def test_csr_search_in_milvus_matches_the_index(data: tuple[np.ndarray, np.ndarray], milvus: Any) -> None:
+    docs, queries = data
+    csr = fitted("csr", docs)
+    doc_codes, query_codes = csr.encode(docs), csr.encode(queries)  # sparse queries: Milvus' inner product
+    scores, ids = search_milvus(export_codes(doc_codes, to="milvus", location=milvus, collection="csr"), "csr", query_codes, 10)
+    expected_scores, expected_ids = csr.index(doc_codes).search(query_codes, 10)
+    assert (ids == expected_ids).all(axis=1).mean() >= 0.99
+    assert_same_top(scores, ids, expected_scores, expected_ids)
+
+
+@needs_milvus
+@pytest.mark.parametrize("method", ["svd", "mrl", "binary", "bsa", "int8"])
+def test_milvus_top_list_is_the_codes_own(method: str, data: tuple[np.ndarray, np.ndarray], milvus: Any) -> None:
+    docs, queries = data
+    compressor = fitted(method, docs)
+    doc_codes, query_codes = compressor.encode(docs), compressor.encode(queries)
+    scores, ids = search_milvus(export_codes(doc_codes, to="milvus", location=milvus, collection=method), method, query_codes, 10)
+    exact = query_codes.similarity(doc_codes)  # binary: d − 2·Hamming; bsa: overlap count; int8: dequantised dot
+    expected_ids = np.argsort(-exact, axis=1, kind="stable")[:, :10]
+    assert_same_top(scores, ids, np.take_along_axis(exact, expected_ids, axis=1), expected_ids)
+    if method == "svd":  # through adaptemb's own index too
+        index_scores, index_ids = compressor.index(doc_codes).search(query_codes, 10)
+        assert_same_top(scores, ids, index_scores, index_ids)
+
+
+@needs_milvus
+def test_sparse_codes_go_into_a_sparse_field(data: tuple[np.ndarray, np.ndarray], milvus: Any,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layout for a Milvus server (and Milvus Lite >= 3.2.2): SPARSE_FLOAT_VECTOR holding the codes' non-zeros."""
+    from pymilvus import DataType
+
+    from adaptemb import vectordb
+
+    docs, queries = data
+    csr = fitted("csr", docs)
+    doc_codes, query_codes = csr.encode(docs), csr.encode(queries)
+    scores_by_ip = vectordb._scores_sparse_by_ip(milvus)
+    monkeypatch.setattr(vectordb, "_scores_sparse_by_ip", lambda client: True)
+    export_codes(doc_codes, to="milvus", location=milvus, collection="sparse")
+    field = next(f for f in milvus.describe_collection("sparse")["fields"] if f["name"] == "codes")
+    assert field["type"] == DataType.SPARSE_FLOAT_VECTOR
+    stored = milvus.get("sparse", ids=[7], output_fields=["codes"])[0]["codes"]
+    row = doc_codes[[7]].to_csr()
+    assert {int(k): float(v) for k, v in stored.items()} == pytest.approx(dict(zip(row.indices.tolist(), row.data.tolist())))
+    scores, ids = search_milvus(milvus, "sparse", query_codes, 10)
+    if scores_by_ip:  # Milvus Lite before 3.2.2 scores this field by BM25: only the stored values are checked there
+        assert_same_top(scores, ids, *csr.index(doc_codes).search(query_codes, 10))
+
+
+@needs_milvus
+def test_milvus_lite_version_picks_the_sparse_layout() -> None:
+    from adaptemb.vectordb import _scores_sparse_by_ip
+
+    class Version:
+        def __init__(self, version: str) -> None:
+            self.version = version
+
+        def get_server_version(self) -> str:
+            return self.version
+
+    assert not _scores_sparse_by_ip(Version("milvus_lite-3.2.0"))  # BM25 whatever the metric: densified
+    assert not _scores_sparse_by_ip(Version("milvus_lite-3.2.1"))
+    assert _scores_sparse_by_ip(Version("milvus_lite-3.2.2"))
+    assert _scores_sparse_by_ip(Version("v2.5.4"))  # a server
+
+
+@needs_milvus
+def test_milvus_ids_payload_and_recreate(data: tuple[np.ndarray, np.ndarray], milvus: Any) -> None:
+    codes = fitted("svd", data[0]).encode(data[0][:20], k=4)
+    client = export_codes(codes, to="milvus", location=milvus, collection="payload", ids=np.arange(100, 120),
+                          payload=[{"row": i, "tag": f"t{i}"} for i in range(20)])
+    assert client.get("payload", ids=[107], output_fields=["row", "tag"])[0] == {"id": 107, "row": 7, "tag": "t7"}
+    with pytest.raises(ValueError, match="already exists; pass recreate=True"):
+        export_codes(codes, to="milvus", location=milvus, collection="payload")
+    export_codes(codes[:5], to="milvus", location=milvus, collection="payload", recreate=True)
+    assert milvus.get_collection_stats("payload")["row_count"] == 5
+    scores, ids = search_milvus(milvus, "payload", codes[:3], 2)  # new ids: the row numbers
+    exact = codes[:3].similarity(codes[:5])
+    np.testing.assert_array_equal(ids[:, 0], exact.argmax(axis=1))
+    np.testing.assert_allclose(scores[:, 0], exact.max(axis=1), rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [({"to": "pinecone"}, ValueError, "unknown vector database 'pinecone'; supported: milvus, qdrant"),
+     ({"location": ":memory:"}, ValueError, "ending in .db"),
+     ({"location": "milvus-data/"}, ValueError, "ending in .db"),
+     ({"payload": [{"id": 1}] * 20}, ValueError, "reserved key 'id'"),
+     ({"payload": [[1]] * 20}, TypeError, "one dict per row"),
+     ({"ids": np.arange(19)}, ValueError, "ids must be 20 non-negative")],
+)
+def test_bad_milvus_exports_are_refused(kwargs: dict, error: type, message: str, data: tuple[np.ndarray, np.ndarray]) -> None:
+    codes = fitted("svd", data[0]).encode(data[0][:20])
+    with pytest.raises(error, match=message):
+        export_codes(codes, **{"to": "milvus", **kwargs})
+
+
+def test_codes_without_a_vector_type_are_refused() -> None:
+    projected = ProjectedQueries(np.ones((4, 8), np.float32))  # an asymmetric query side: no database scores it
+    for to, name in (("milvus", "Milvus"), ("qdrant", "Qdrant")):
+        with pytest.raises(ValueError, match=f"'projected' codes have no {name} vector type; supported: sparse, "):
+            export_codes(projected, to=to, location=":memory:")
+
+
+@pytest.mark.parametrize(("to", "location", "module", "extra"),
+                         [("milvus", "m.db", "pymilvus", "milvus"), ("milvus", "m.db", "milvus_lite", "milvus"),
+                          ("qdrant", ":memory:", "qdrant_client", "qdrant")])
+def test_missing_client_names_the_extra(to: str, location: str, module: str, extra: str, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
+    codes = DenseCodes(np.ones((2, 4), np.float32))
+    with pytest.raises(ModuleNotFoundError, match=rf"pip install 'adaptemb\[{extra}\]'"):
+        export_codes(codes, to=to, location=str(tmp_path / location) if location.endswith(".db") else location)
+
+
+@needs_milvus
+def test_cli_exports_into_milvus(data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
+    np.save(tmp_path / "docs.npy", data[0])
+    csr = fitted("csr", data[0])
+    runner = CliRunner()
+    assert runner.invoke(app, ["encode", "-i", str(tmp_path / "docs.npy"), "--compressor", str(csr.save(tmp_path / "csr.safetensors")),
+                               "-o", str(tmp_path / "codes"), "--shard-rows", "250"]).exit_code == 0
+    location = str(tmp_path / "milvus" / "codes.db")
+    result = runner.invoke(app, ["export-codes", "--codes", str(tmp_path / "codes"), "--to", "milvus", "--location", location])
+    assert result.exit_code == 0 and f"wrote {DOCS} sparse codes into milvus" in result.output
+    client = milvus_client(location)
+    assert client.get_collection_stats("adaptemb")["row_count"] == DOCS
+    query_codes = csr.encode(data[1])
+    assert_same_top(*search_milvus(client, "adaptemb", query_codes, 10), *csr.index(csr.encode(data[0])).search(query_codes, 10))
+    client.close()
+    bad = runner.invoke(app, ["export-codes", "--codes", str(tmp_path / "codes"), "--to", "milvus", "--location", location])
+    assert bad.exit_code == 2 and "already exists" in bad.output

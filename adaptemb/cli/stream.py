@@ -44,12 +44,14 @@ def encode_command(
 @friendly_errors
 def export_codes_command(
     codes_path: Annotated[Path, typer.Option("--codes", help="Codes: an .npz from `adaptemb compress` or a folder from `adaptemb encode`.")],
-    to: Annotated[str, typer.Option("--to", help="The vector database: qdrant.")] = "qdrant",
-    location: Annotated[str, typer.Option("--location", help="Qdrant: a local folder (embedded), :memory:, or a server URL.")] = ":memory:",
+    to: Annotated[str, typer.Option("--to", help="The vector database: qdrant or milvus.")] = "qdrant",
+    location: Annotated[str, typer.Option("--location", help="Qdrant: a local folder (embedded), :memory:, or a server URL. "
+                                          "Milvus: a local file ending in .db (Milvus Lite) or a server URI "
+                                          "(http://host:19530).")] = ":memory:",
     collection: Annotated[str, typer.Option("--collection", help="Collection to create.")] = "adaptemb",
     recreate: Annotated[bool, typer.Option("--recreate", help="Replace the collection if it exists.")] = False,
 ) -> None:
-    """Write codes into a vector database collection (ids = row numbers)."""
+    """Write codes into a vector database collection (ids = row numbers): Qdrant or Milvus (the qdrant / milvus extra)."""
     if codes_path.is_dir():
         codes, ids = read_code_shards(codes_path, ids=True)
     else:
