@@ -41,10 +41,11 @@ from adaptemb.registry import (
     register_plugin,
     unregister_plugin,
 )
+from adaptemb.rows import RowStream
 from adaptemb.serialization import save_codes
 from adaptemb.streaming import EncodeResult, encode_files, read_code_shards
 from adaptemb.threads import set_threads
-from adaptemb.train import FitReport, TrainingConfig, train
+from adaptemb.train import FitReport, StreamBatches, TrainingConfig, train
 from adaptemb.validation import as_matrix
 
 __all__ = [
@@ -72,8 +73,10 @@ __all__ = [
     "ProjectedQueries",
     "QuantizedCodes",
     "Rerank",
+    "RowStream",
     "SearchResult",
     "SparseCodes",
+    "StreamBatches",
     "TrainingConfig",
     "UnknownCompressorError",
     "UnsupportedExportError",

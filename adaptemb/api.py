@@ -14,6 +14,7 @@ from adaptemb.errors import CorruptFileError
 from adaptemb.index.bound import BRUTE_FORCE, CompressedIndex
 from adaptemb.index.brute import ScoreIndex
 from adaptemb.registry import CompressorInfo, get_index_registry, get_registry
+from adaptemb.rows import RowStream
 from adaptemb.serialization import (
     COMPRESSOR_FORMAT,
     INDEX_FORMAT,
@@ -35,13 +36,16 @@ def fit(
     k: int | None = None,
     pairs: tuple[Array, Array] | None = None,
     labels: Array | None = None,
+    key: str | None = None,
     **params: Any,
 ) -> Compressor:
     """Fit ``method`` on embeddings ``emb`` (n, d) and return the fitted compressor.
 
-    ``k`` is the method's budget parameter (training budget for learned sparse methods, default
-    encode budget for the others); methods without a budget accept only ``k=None`` or ``k=d``, the
-    same rule as ``encode``. ``pairs``/``labels`` go to methods that learn from them.
+    ``emb`` may be larger than memory: file paths (``key`` names the column or tensor), a list of 2-D arrays
+    or a callable returning a fresh iterator of them (see ``Compressor.fit``). ``k`` is the method's budget
+    parameter (training budget for learned sparse methods, default encode budget for the others); methods
+    without a budget accept only ``k=None`` or ``k=d``, the same rule as ``encode``. ``pairs``/``labels`` go
+    to methods that learn from them.
     """
     cls = get_registry().get(method)
     if k is not None and "k" not in cls.Config.model_fields:  # no budget: the rule encode applies
@@ -50,7 +54,7 @@ def fit(
             Budgets.unbudgeted(int(shape[1])).resolve(k, method)
     elif k is not None:
         params["k"] = k
-    return cls(**params).fit(emb, pairs=pairs, labels=labels)
+    return cls(**params).fit(emb, pairs=pairs, labels=labels, key=key)
 
 
 def compress(
@@ -62,7 +66,11 @@ def compress(
     labels: Array | None = None,
     **params: Any,
 ) -> Codes:
-    """Fit ``method`` on ``emb`` and return the codes of ``emb`` at budget ``k``."""
+    """Fit ``method`` on ``emb`` and return the codes of ``emb`` at budget ``k`` (an array: for rows larger than
+    memory, ``fit`` the files and write their codes with ``encode_files``)."""
+    if RowStream.of(emb) is not None:
+        raise TypeError("compress() needs the embeddings as an array; for files or batches larger than memory, "
+                        "fit(paths, method) then encode_files(paths, compressor, out_dir)")
     compressor = fit(emb, method, k=k, pairs=pairs, labels=labels, **params)
     return compressor.encode(emb, k=k)
 

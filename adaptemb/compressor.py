@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -25,6 +26,7 @@ from adaptemb.export import OnnxParity, export_checked
 from adaptemb.index.bound import CompressedIndex
 from adaptemb.index.brute import ScoreIndex
 from adaptemb.registry import get_index_registry
+from adaptemb.rows import RowStream
 from adaptemb.serialization import COMPRESSOR_FORMAT, FORMAT_VERSION, read_adaptemb_file, write_tensors
 from adaptemb.threads import compute_threads
 from adaptemb.validation import as_matrix, as_vector, check_budget
@@ -128,6 +130,9 @@ class Compressor(ABC):
     """Small, fast settings the contract suite (``adaptemb.testing``) fits with."""
     doc_kind: ClassVar[str | None] = None
     """The code kind ``encode`` emits (e.g. ``"sparse"``); None: read from the codes at index time."""
+    stream_sample_rows: ClassVar[int] = 100_000
+    """Rows of a uniform sample a fit from a stream draws: what ``_fit_stream`` fits on by default, and what a
+    method that trains on every row of the stream takes its initialisation statistics from."""
 
     def __init__(self, config: CompressorConfig | None = None, **params: Any) -> None:
         if config is not None and params:
@@ -185,8 +190,24 @@ class Compressor(ABC):
     def _scores_symmetrically(self) -> bool:
         return type(self).encode_queries is Compressor.encode_queries and type(self).score is Compressor.score
 
-    def fit(self: _Self, x: Array, *, pairs: tuple[Array, Array] | None = None, labels: Array | None = None) -> _Self:  # noqa: PYI019 (typing.Self is 3.11+; 3.10 is supported)
-        """Fit on embeddings ``x`` (n, d); ``pairs`` or ``labels`` where the method learns from them."""
+    def fit(self: _Self, x: Array | str | Path | Sequence[str | Path] | RowStream | Iterable[Array] | Callable[[], Iterable[Array]],  # noqa: PYI019 (typing.Self is 3.11+; 3.10 is supported)
+            *, pairs: tuple[Array, Array] | None = None, labels: Array | None = None, key: str | None = None) -> _Self:
+        """Fit on embeddings ``x`` (n, d); ``pairs`` or ``labels`` where the method learns from them.
+
+        ``x`` may also be larger than memory: a path or list of paths (``.npy``, ``.parquet``, ``.safetensors``;
+        ``key`` names the column or tensor), a list of 2-D arrays, a callable returning a fresh iterator of
+        them, or a :class:`~adaptemb.rows.RowStream`. Methods that train by minibatches (``trains_on_stream``)
+        then read every row once per epoch; the others fit on a uniform sample of ``stream_sample_rows`` rows.
+        ``fit_report["stream"]`` says which. ``labels`` need the rows in memory; ``pairs`` are always arrays.
+        """
+        stream = RowStream.of(x, key=key, nonzero_rows=self.normalizes_rows)
+        if stream is not None:
+            if labels is not None:
+                raise ValueError("labels must line up with rows held in memory: fit on an array to use labels "
+                                 "(a stream's rows are read in shuffled chunks); pairs work with streams")
+            return self._fit_from(stream, pairs)
+        if key is not None:
+            raise TypeError("key names a column or tensor of a file; pass it with a path, not an array")
         matrix = as_matrix(x, nonzero_rows=self.normalizes_rows)
         supervision: dict[str, Any] = {}
         if pairs is not None:
@@ -200,6 +221,32 @@ class Compressor(ABC):
             self._fit(matrix, **supervision)
         self.dim = matrix.shape[1]
         return self
+
+    @property
+    def trains_on_stream(self) -> bool:
+        """True when a fit from a stream trains on every row (minibatches, ``_fit_stream`` overridden); False
+        when it fits on a uniform sample of ``stream_sample_rows`` rows."""
+        return type(self)._fit_stream is not Compressor._fit_stream
+
+    def _fit_from(self: _Self, stream: RowStream, pairs: tuple[Array, Array] | None) -> _Self:  # noqa: PYI019
+        supervision: dict[str, Any] = {}
+        with compute_threads():
+            if pairs is not None:  # a first pass may be needed for the width of Python batches
+                self._require_fit_input("pairs")
+                supervision["pairs"] = self._check_pairs(pairs, stream.dim or self._first_width(stream))
+            self._fit_stream(stream, **supervision)
+        assert stream.dim is not None and stream.rows is not None
+        self.dim = stream.dim
+        sampled = not self.trains_on_stream and stream.rows > self.stream_sample_rows
+        self.fit_report = {**(self.fit_report or {}), "stream": {
+            "source": stream.name, "rows": stream.rows,
+            "trained_on": f"a uniform sample of {self.stream_sample_rows} rows" if sampled else "every row"}}
+        return self
+
+    @staticmethod
+    def _first_width(stream: RowStream) -> int:
+        _, rows = next(stream.chunks())
+        return rows.shape[1]
 
     def budgets(self) -> Budgets:
         """The budgets this fitted compressor supports."""
@@ -427,6 +474,13 @@ class Compressor(ABC):
     @abstractmethod
     def _fit(self, x: torch.Tensor, **supervision: Any) -> None:
         """Learn from validated float32 embeddings (and ``pairs``/``labels`` if accepted)."""
+
+    def _fit_stream(self, stream: RowStream, **supervision: Any) -> None:
+        """Learn from a stream of rows too large to hold. By default: ``_fit`` on a uniform sample of
+        ``stream_sample_rows`` rows (what faiss-style quantisers and PCA need); methods that train by
+        minibatches override this to read every row (``RowStream.shuffled_batches``, ``adaptemb.train``)."""
+        _, sample = stream.sample(self.stream_sample_rows, self.config.seed)
+        self._fit(sample, **supervision)
 
     @abstractmethod
     def _encode(self, x: torch.Tensor, k: int) -> Codes:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -30,138 +30,15 @@ from adaptemb._version import __version__
 from adaptemb.api import load
 from adaptemb.codes import Codes
 from adaptemb.compressor import Compressor
-from adaptemb.data import list_column_rows, pick_name, vector_columns
 from adaptemb.errors import CorruptFileError
 from adaptemb.progress import progress_bar
+from adaptemb.rows import RowSource, row_batches, start_ray
 from adaptemb.serialization import atomic_write, existing_file
 from adaptemb.threads import set_threads
 
 SHARDS_FORMAT = "adaptemb.code-shards"
 SHARDS_FORMAT_VERSION = "1"
 MANIFEST = "manifest.json"
-STREAM_SUFFIXES = (".npy", ".parquet", ".safetensors")
-_PARQUET_BATCH = 8_192  # rows per decoded parquet batch
-
-
-# -- reading rows ----------------------------------------------------------------------------------
-
-
-class RowSource:
-    """One input file read as ``rows(start, stop)`` without loading the rest of it."""
-
-    def __init__(self, path: str | Path, key: str | None = None) -> None:
-        self.path = existing_file(path)
-        suffix = self.path.suffix.lower()
-        if suffix not in STREAM_SUFFIXES:
-            raise ValueError(f"cannot stream {self.path.name}: supported file types are {', '.join(STREAM_SUFFIXES)}")
-        if suffix == ".npy" and key is not None:
-            raise ValueError(f"{self.path.name} holds a single array; do not pass a key")
-        try:
-            self._open(suffix, key)
-        except (OSError, ValueError, KeyError) as err:
-            if isinstance(err, (FileNotFoundError, KeyError)):
-                raise
-            raise CorruptFileError(f"could not read {self.path}: {err}") from None
-
-    def _open(self, suffix: str, key: str | None) -> None:
-        if suffix == ".npy":
-            self._open_npy()
-        elif suffix == ".safetensors":
-            self._open_safetensors(key)
-        else:
-            self._open_parquet(key)
-
-    def _open_npy(self) -> None:
-        """Plain reads at the rows' offset (a memory map would keep every page read resident)."""
-        with open(self.path, "rb") as handle:
-            version = np.lib.format.read_magic(handle)
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, fortran, dtype = read_header(handle)
-            offset = handle.tell()
-        if fortran or dtype.hasobject:
-            raise ValueError("only C-ordered numeric .npy arrays stream (save with np.save of a C-contiguous array)")
-        self.shape = tuple(shape)
-        row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
-
-        def read(start: int, stop: int) -> np.ndarray:
-            count = max(stop - start, 0) * row_bytes // dtype.itemsize
-            rows = np.fromfile(self.path, dtype=dtype, count=count, offset=offset + start * row_bytes)
-            return rows.reshape(-1, *shape[1:])
-
-        self._read = read
-
-    def _open_safetensors(self, key: str | None) -> None:
-        from safetensors import safe_open
-
-        with safe_open(str(self.path), framework="numpy") as handle:
-            names = list(handle.keys())
-            name = pick_name(self.path, names, key, "tensor")
-            self.shape = tuple(handle.get_slice(name).get_shape())
-
-        def read(start: int, stop: int) -> np.ndarray:
-            with safe_open(str(self.path), framework="numpy") as handle:
-                return np.asarray(handle.get_slice(name)[start:stop])
-
-        self._read = read
-
-    def _open_parquet(self, key: str | None) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        parquet = pq.ParquetFile(self.path, buffer_size=1 << 22, pre_buffer=False)  # stream pages, not whole chunks
-        schema = parquet.schema_arrow
-        column = pick_name(self.path, vector_columns(schema), key, "vector column")
-        sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
-        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        first = next(parquet.iter_batches(batch_size=1, columns=[column]), None)
-        width = 0 if first is None else len(first.column(0)[0])
-        self.shape = (int(starts[-1]), width)
-
-        def pieces(start: int, stop: int) -> Iterator[np.ndarray]:
-            """Rows start:stop in decoded batches, each row group read once."""
-            groups = [i for i in range(len(sizes)) if starts[i] < stop and starts[i + 1] > start]
-            row = int(starts[groups[0]]) if groups else start
-            for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH, row_groups=groups, columns=[column]):
-                lo, hi = max(start - row, 0), min(stop - row, batch.num_rows)
-                if hi > lo:
-                    yield list_column_rows(batch.column(0).slice(lo, hi - lo), self.path)
-                row += batch.num_rows
-                if row >= stop:
-                    break
-            pa.default_memory_pool().release_unused()  # give the decoded pages back
-
-        self._pieces = pieces
-        self._read = lambda start, stop: _joined(list(pieces(start, stop)), width)
-
-    def __len__(self) -> int:
-        return int(self.shape[0])
-
-    def rows(self, start: int, stop: int) -> np.ndarray:
-        """Rows ``start:stop`` as an in-memory array."""
-        return self._read(start, stop)
-
-    def batches(self, start: int, stop: int, batch_rows: int) -> Iterator[np.ndarray]:
-        """Rows ``start:stop`` in order, ``batch_rows`` at a time, reading the file once."""
-        pieces = getattr(self, "_pieces", None)
-        if pieces is None:
-            for first in range(start, stop, batch_rows):
-                yield self.rows(first, min(first + batch_rows, stop))
-            return
-        pending: list[np.ndarray] = []
-        count = 0
-        for piece in pieces(start, stop):
-            pending.append(piece)
-            count += len(piece)
-            while count >= batch_rows:
-                joined = np.concatenate(pending)
-                yield joined[:batch_rows]
-                pending, count = [joined[batch_rows:]], count - batch_rows
-        if count:
-            yield np.concatenate(pending)
-
-
-def _joined(parts: list[np.ndarray], width: int) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.empty((0, width), dtype=np.float32)
 
 
 # -- the job --------------------------------------------------------------------------------------
@@ -318,13 +195,8 @@ def _run(target: Path, job: EncodeJob, sources: list[RowSource], model: Compress
 def _run_ray(target: Path, job: EncodeJob, sources: list[RowSource], model: Compressor, k: int | None, side: str,
              batch_rows: int, key: str | None, address: str | None) -> EncodeResult:
     """The shards not yet written, one Ray Data row each, encoded and written by a pool of actors."""
-    try:
-        import ray
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError("engine='ray' needs Ray Data: pip install 'adaptemb[ray]'") from None
     started = time.perf_counter()
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray = start_ray(address)
     if not job.kind:  # learn the codes' kind and shared tables from one row, as the first local shard does
         probe = model.encode(sources[0].rows(0, 1), k=k) if side == "doc" else model.encode_queries(sources[0].rows(0, 1), k=k)
         job.kind, job.dim = probe.kind, probe.dim
@@ -369,20 +241,10 @@ class _NoProgress:
 def _encode_rows(sources: list[RowSource], model: Compressor, k: int | None, side: str, shard: Shard,
                  batch_rows: int, bar: Any) -> Codes:
     parts = []
-    for rows in _row_batches(sources, shard.start, shard.start + shard.rows, batch_rows):
+    for rows in row_batches(sources, shard.start, shard.start + shard.rows, batch_rows):
         parts.append(model.encode(rows, k=k) if side == "doc" else model.encode_queries(rows, k=k))
         bar.update(len(rows))
     return parts[0] if len(parts) == 1 else type(parts[0]).concat(parts)
-
-
-def _row_batches(sources: list[RowSource], start: int, stop: int, batch_rows: int) -> Iterator[np.ndarray]:
-    """Rows ``start:stop`` of the inputs laid end to end, ``batch_rows`` at a time."""
-    offset = 0
-    for source in sources:
-        lo, hi = max(start - offset, 0), min(stop - offset, len(source))
-        if hi > lo:
-            yield from source.batches(lo, hi, batch_rows)
-        offset += len(source)
 
 
 # -- shard files ------------------------------------------------------------------------------------

@@ -188,6 +188,25 @@ class CompressorContract:
         nearest = scores.argmax(axis=1)
         assert (labels[nearest] == labels).mean() >= 0.9
 
+    def test_fits_from_a_file(self, contract_fitted: Compressor, contract_data: Data, contract_params: dict[str, Any],
+                              tmp_path: Path) -> None:
+        """``fit(path)`` streams the file: a method that fits a sample of the stream fits exactly as on the array
+        (the sample is every row when the stream is shorter than ``stream_sample_rows``); a method that trains
+        on every row (``trains_on_stream``) keeps its budgets and the cluster structure."""
+        x, labels = contract_data
+        np.save(tmp_path / "rows.npy", x)
+        streamed = adaptemb.get_compressor(self.method, **contract_params).fit(tmp_path / "rows.npy")
+        assert streamed.dim == x.shape[1] and streamed.budgets() == contract_fitted.budgets()
+        assert streamed.fit_report is not None and streamed.fit_report["stream"]["rows"] == len(x)
+        if not streamed.trains_on_stream:
+            for k in _budgets_to_check(contract_fitted):
+                assert_same_codes(streamed.encode(x, k=k), contract_fitted.encode(x, k=k))
+            return
+        budget = streamed.budgets().high
+        scores = streamed.score(streamed.encode_queries(x, k=budget), streamed.encode(x, k=budget))
+        np.fill_diagonal(scores, -np.inf)
+        assert (labels[scores.argmax(axis=1)] == labels).mean() >= 0.9
+
     def test_search_agrees_with_score(self, contract_fitted: Compressor, contract_data: Data) -> None:
         x = contract_data[0]
         docs = contract_fitted.encode(x)

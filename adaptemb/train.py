@@ -16,16 +16,18 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
+import numpy as np
 import torch
 from pydantic import Field
 
 from adaptemb.compressor import CompressorConfig
 from adaptemb.devices import resolve_device
 from adaptemb.progress import progress_bar
+from adaptemb.rows import RowStream
 
 
 class TrainingConfig(CompressorConfig):
@@ -78,31 +80,62 @@ class FitReport:
         return asdict(self)
 
 
+@dataclass
+class StreamBatches:
+    """Training data read from a :class:`~adaptemb.rows.RowStream` instead of held in memory.
+
+    Each epoch is one shuffled pass over the stream (``RowStream.shuffled_batches``) leaving out the rows at
+    positions ``held_out``; ``prepare`` turns a batch of validated rows into the tensors the module's
+    ``training_loss`` takes (e.g. normalised rows and their partners); ``validation`` is the prepared
+    held-out rows (in memory, for early stopping), or empty for none.
+    """
+
+    stream: RowStream
+    prepare: Callable[[torch.Tensor], list[torch.Tensor]]
+    held_out: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    validation: list[torch.Tensor] = field(default_factory=list)
+
+    def steps_per_epoch(self, batch_size: int) -> int:
+        rows = (self.stream.rows or batch_size) - len(self.held_out)
+        return max(1, math.ceil(rows / batch_size))
+
+    @classmethod
+    def holding_out(cls, stream: RowStream, prepare: Callable[[torch.Tensor], list[torch.Tensor]],
+                    sample: tuple[np.ndarray, torch.Tensor], fraction: float, seed: int) -> StreamBatches:
+        """Batches of ``stream`` with ``fraction`` of the rows of ``sample`` (positions, rows: from
+        ``RowStream.sample``) held out of training for early stopping, as ``train`` holds out in-memory rows."""
+        positions, rows = sample
+        held = int(len(positions) * fraction)
+        if held < 2 or len(positions) - held < 2:
+            return cls(stream, prepare)
+        chosen = torch.randperm(len(positions), generator=torch.Generator().manual_seed(seed))[:held]
+        return cls(stream, prepare, np.sort(positions[chosen.numpy()]), prepare(rows[chosen]))
+
+
 def train(
     module: torch.nn.Module,
-    tensors: Sequence[torch.Tensor],
+    data: Sequence[torch.Tensor] | StreamBatches,
     config: TrainingConfig,
     *,
     description: str = "fit",
 ) -> FitReport:
-    """Optimise ``module.training_loss`` over row batches of ``tensors`` (all of equal length).
+    """Optimise ``module.training_loss`` over row batches of ``data``: tensors of equal length held in memory
+    (``config.val_fraction`` of their rows held out for early stopping), or a :class:`StreamBatches`.
 
     The module is moved to the chosen device and left there in eval mode with the best held-out
     weights. Randomness (shuffling, dropout, noise) is drawn from the config's seed only.
     """
-    rows = len(tensors[0])
-    if any(len(t) != rows for t in tensors):
+    if not isinstance(data, StreamBatches) and any(len(t) != len(data[0]) for t in data):
         raise ValueError("all training tensors must have the same number of rows")
     device = resolve_device(config.device)
     started = time.perf_counter()
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(config.seed)
         generator = torch.Generator().manual_seed(config.seed)
-        train_idx, val_idx = _split(rows, config.val_fraction, config.batch_size, generator)
         module.to(device)
-        optimizer = _adam(module, config)
-        loop = _Loop(module, tensors, device, optimizer, config)
-        report = loop.run(train_idx, val_idx, generator, description)
+        loop = _Loop(module, device, _adam(module, config), config)
+        source = _StreamEpochs(data, config) if isinstance(data, StreamBatches) else _TensorEpochs(data, config, device, generator)
+        report = loop.run(source, description)
     module.eval()
     report.seconds = time.perf_counter() - started
     return report
@@ -153,37 +186,81 @@ def _split(rows: int, fraction: float, batch_size: int, generator: torch.Generat
     return order[held_out:], order[:held_out]
 
 
-class _Loop:
-    def __init__(self, module: Any, tensors: Sequence[torch.Tensor], device: torch.device,
-                 optimizer: torch.optim.Optimizer, config: TrainingConfig) -> None:
-        self.module, self.tensors, self.device = module, _stage(tensors, device), device
-        self.optimizer, self.config = optimizer, config
-        self.autocast = training_dtype(config.precision, device) == torch.bfloat16
+class _Epochs(Protocol):
+    """Where a training loop's batches come from: one shuffled pass per call of ``epoch``."""
 
-    def batch(self, idx: torch.Tensor) -> list[torch.Tensor]:
+    steps_per_epoch: int
+
+    def epoch(self) -> Iterator[list[torch.Tensor]]: ...
+
+    def validation(self) -> Iterator[list[torch.Tensor]]: ...
+
+
+class _TensorEpochs:
+    """Batches of rows of tensors held in memory, a fresh permutation per epoch; rows held out by ``_split``."""
+
+    def __init__(self, tensors: Sequence[torch.Tensor], config: TrainingConfig, device: torch.device,
+                 generator: torch.Generator) -> None:
+        self.tensors, self.device, self.generator, self.batch_size = _stage(tensors, device), device, generator, config.batch_size
+        self.train_idx, self.val_idx = _split(len(tensors[0]), config.val_fraction, config.batch_size, generator)
+        self.steps_per_epoch = max(1, math.ceil(len(self.train_idx) / config.batch_size))
+
+    def epoch(self) -> Iterator[list[torch.Tensor]]:
+        order = self.train_idx[torch.randperm(len(self.train_idx), generator=self.generator)]
+        for start in range(0, len(order), self.batch_size):
+            yield self._rows(order[start : start + self.batch_size])
+
+    def validation(self) -> Iterator[list[torch.Tensor]]:
+        for start in range(0, len(self.val_idx), self.batch_size):
+            yield self._rows(self.val_idx[start : start + self.batch_size])
+
+    def _rows(self, idx: torch.Tensor) -> list[torch.Tensor]:
         if self.tensors and self.tensors[0].device != idx.device:
             idx = idx.to(self.tensors[0].device, non_blocking=True)
         return [t[idx].to(self.device, non_blocking=True) for t in self.tensors]
 
-    def loss(self, idx: torch.Tensor, step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-            return self.module.training_loss(self.batch(idx), step)
 
-    def run(self, train_idx: torch.Tensor, val_idx: torch.Tensor, generator: torch.Generator, description: str) -> FitReport:
+class _StreamEpochs:
+    """Batches of a :class:`StreamBatches`: one shuffled pass over the stream per epoch, seeded by the config."""
+
+    def __init__(self, data: StreamBatches, config: TrainingConfig) -> None:
+        self.data, self.batch_size = data, config.batch_size
+        self.rng = np.random.default_rng(config.seed)
+        self.steps_per_epoch = data.steps_per_epoch(config.batch_size)
+
+    def epoch(self) -> Iterator[list[torch.Tensor]]:
+        for rows in self.data.stream.shuffled_batches(self.batch_size, self.rng, self.data.held_out):
+            yield self.data.prepare(rows)
+
+    def validation(self) -> Iterator[list[torch.Tensor]]:
+        held = self.data.validation
+        for start in range(0, len(held[0]) if held else 0, self.batch_size):
+            yield [t[start : start + self.batch_size] for t in held]
+
+
+class _Loop:
+    def __init__(self, module: Any, device: torch.device, optimizer: torch.optim.Optimizer, config: TrainingConfig) -> None:
+        self.module, self.device, self.optimizer, self.config = module, device, optimizer, config
+        self.autocast = training_dtype(config.precision, device) == torch.bfloat16
+
+    def loss(self, batch: list[torch.Tensor], step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        batch = [t.to(self.device, non_blocking=True) for t in batch]
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            return self.module.training_loss(batch, step)
+
+    def run(self, source: _Epochs, description: str) -> FitReport:
         config = self.config
-        steps_per_epoch = max(1, math.ceil(len(train_idx) / config.batch_size))
+        steps_per_epoch = source.steps_per_epoch
         best_val, best_state, bad_epochs, stopped_early = math.inf, None, 0, False
         step, epochs_run, sums = 0, 0, {}
         bar = progress_bar(total=config.epochs * steps_per_epoch, desc=description, enabled=config.progress, leave=False)
         for epoch in range(config.epochs):
             self.module.train()
             sums, counts = {}, 0
-            order = train_idx[torch.randperm(len(train_idx), generator=generator)]
-            for start in range(0, len(order), config.batch_size):
-                idx = order[start : start + config.batch_size]
-                if len(idx) < 2:
+            for batch in source.epoch():
+                if len(batch[0]) < 2:
                     continue
-                total, parts = self.loss(idx, step)
+                total, parts = self.loss(batch, step)
                 self.optimizer.zero_grad(set_to_none=True)
                 total.backward()
                 _call_hook(self.module, "before_optimizer_step")
@@ -197,7 +274,7 @@ class _Loop:
                     sums[name] = sums.get(name, 0.0) + torch.as_tensor(value).detach().float()
                 bar.update(1)
             epochs_run = epoch + 1
-            val = self.validation_loss(val_idx, step)
+            val = self.validation_loss(source, step)
             sums = {name: float(value) for name, value in sums.items()}
             bar.set_postfix(loss=f"{sums.get('loss', 0.0) / max(counts, 1):.4f}", val=f"{val:.4f}" if val is not None else "-")
             if val is None:
@@ -221,18 +298,15 @@ class _Loop:
         )
 
     @torch.no_grad()
-    def validation_loss(self, val_idx: torch.Tensor, step: int) -> float | None:
-        if len(val_idx) == 0:
-            return None
+    def validation_loss(self, source: _Epochs, step: int) -> float | None:
         self.module.eval()
         total, weight = 0.0, 0
-        for start in range(0, len(val_idx), self.config.batch_size):
-            idx = val_idx[start : start + self.config.batch_size]
-            if len(idx) < 2:
+        for batch in source.validation():
+            if len(batch[0]) < 2:
                 continue
-            loss, _ = self.loss(idx, step)
-            total += float(loss) * len(idx)
-            weight += len(idx)
+            loss, _ = self.loss(batch, step)
+            total += float(loss) * len(batch[0])
+            weight += len(batch[0])
         return total / weight if weight else None
 
 

@@ -41,7 +41,7 @@ from standin768 import definitions_768
 import adaptemb
 from adaptemb.evaluate.machine import machine_info
 from adaptemb.evaluate.scale import scaled_corpus
-from adaptemb.streaming import RowSource
+from adaptemb.rows import RowSource
 
 ROW_GROUP = 65_536
 

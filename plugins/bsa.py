@@ -36,6 +36,8 @@ from adaptemb import (
     Compressor,
     CompressorRegistry,
     ProjectedQueries,
+    RowStream,
+    StreamBatches,
     TrainingConfig,
     as_matrix,
     cosine_distance,
@@ -138,19 +140,37 @@ class BSACompressor(Compressor):
 
     def _fit(self, x: torch.Tensor, **supervision: Any) -> None:
         x = unit_rows(x)
+        train_idx, held_idx = self._holdout(len(x))
+        self._train(x, train_idx, held_idx, [x[train_idx]], len(train_idx))
+
+    def _fit_stream(self, stream: RowStream, **supervision: Any) -> None:
+        """Every row of the stream in shuffled minibatches; the centre, the initial scale, the held-out rows of
+        the report and the early-stopping rows come from a uniform sample (held-out rows are left out of training)."""
+        positions, sample = stream.sample(self.stream_sample_rows, self.config.seed)
+        sample = unit_rows(sample)
+        train_idx, held_idx = self._holdout(len(sample))
+        kept = (positions[train_idx.numpy()], sample[train_idx])
+        data = StreamBatches.holding_out(stream, lambda rows: [unit_rows(rows)], kept, self.config.val_fraction, self.config.seed)
+        data.held_out = np.union1d(data.held_out, positions[held_idx.numpy()])
+        assert stream.rows is not None
+        self._train(sample, train_idx, held_idx, data, stream.rows - len(data.held_out))
+
+    def _train(self, x: torch.Tensor, train_idx: torch.Tensor, held_idx: torch.Tensor, data: Any, rows: int) -> None:
+        """Initialise on the unit rows ``x[train_idx]``, train on ``data`` (``rows`` training rows), and report
+        natural-mode statistics on ``x`` and the reconstruction of ``x[held_idx]``."""
         h, k = self._sizes(x.shape[1])
-        train_rows, held_rows = self._holdout(x)
+        train_rows = x[train_idx]
         model = BSAModel(x.shape[1], h, decoder_bias=self.config.decoder_bias, generator=self.generator)
         if self.config.center:
             model.center.copy_(train_rows.mean(dim=0))
         model.calibrate(train_rows, self.config.init_scale)
-        batch_size, epochs = self._schedule(len(train_rows), x.shape[1], h)
+        batch_size, epochs = self._schedule(rows, x.shape[1], h)
         config = self.config.model_copy(update={"batch_size": batch_size, "epochs": epochs})
-        objective = BSAObjective(model, self._loss_weights(k, len(train_rows), config), seed=self.config.seed)
-        report = train(objective, [train_rows], config, description="bsa")
+        objective = BSAObjective(model, self._loss_weights(k, rows, config), seed=self.config.seed)
+        report = train(objective, data, config, description="bsa")
         self._model = objective.model.cpu().eval()
         self._k = k
-        self.fit_report = {**report.as_dict(), "batch_size": batch_size, "max_epochs": epochs, **self._measure(x, held_rows)}
+        self.fit_report = {**report.as_dict(), "batch_size": batch_size, "max_epochs": epochs, **self._measure(x, x[held_idx])}
 
     def _schedule(self, rows: int, dim: int, h: int) -> tuple[int, int]:
         """(batch size, epochs): the configured ones, or the most thorough schedule of ``SCHEDULES`` whose work
@@ -170,12 +190,13 @@ class BSACompressor(Compressor):
             raise ValueError(f"k={k} must be at most h // 2 = {h // 2} (h={h}); lower k or raise h")
         return h, k
 
-    def _holdout(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        held = int(len(x) * self.config.holdout_fraction)
-        if held < 2 or len(x) - held < 4:
-            return x, x[:0]
-        order = torch.randperm(len(x), generator=self.generator)
-        return x[order[held:]], x[order[:held]]
+    def _holdout(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Indices of the training rows and of the rows held out for the report's reconstruction distance."""
+        held = int(rows * self.config.holdout_fraction)
+        if held < 2 or rows - held < 4:
+            return torch.arange(rows), torch.arange(0)
+        order = torch.randperm(rows, generator=self.generator)
+        return order[held:], order[:held]
 
     def _loss_weights(self, k: int, rows: int, c: BSAConfig) -> LossWeights:
         steps = c.epochs * max(1, -(-rows // c.batch_size))

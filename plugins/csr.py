@@ -28,7 +28,9 @@ from adaptemb import (
     Compressor,
     CompressorRegistry,
     ProjectedQueries,
+    RowStream,
     SparseCodes,
+    StreamBatches,
     TrainingConfig,
     as_matrix,
     hookimpl,
@@ -105,20 +107,38 @@ class CSRCompressor(Compressor):
     # -- fitting --------------------------------------------------------------------------------
 
     def _fit(self, x: torch.Tensor, **supervision: Any) -> None:
+        shift, scale = self._normalisation(x)
+        normalise = _Normaliser(self.config.normalize, shift, scale)
+        rows, partners, groups = self._training_rows(normalise, x, **supervision)
+        self._train(normalise, normalise(x), [rows, partners, groups], (rows, partners, groups))
+
+    def _fit_stream(self, stream: RowStream, **supervision: Any) -> None:
+        """Every row of the stream, in shuffled minibatches (pairs mixed into each batch in proportion); the
+        normalisation statistics, initial model, loss measurements and report come from a uniform sample."""
+        positions, sample = stream.sample(self.stream_sample_rows, self.config.seed)
+        shift, scale = self._normalisation(sample)
+        normalise = _Normaliser(self.config.normalize, shift, scale)
+        measured = self._training_rows(normalise, sample, **supervision)
+        assert stream.rows is not None
+        prepare = _StreamRows(normalise, stream.rows, supervision.get("pairs"), self.config.seed)
+        data = StreamBatches.holding_out(stream, prepare, (positions, sample), self.config.val_fraction, self.config.seed)
+        self._train(normalise, normalise(sample), data, measured)
+
+    def _train(self, normalise: _Normaliser, x: torch.Tensor, data: Any,
+               measured: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+        """Initialise from the normalised rows ``x``, train on ``data``, measure losses on ``measured`` before
+        and after, and keep the model and its report."""
         cfg = self.config
         hidden = cfg.hidden or 4 * x.shape[1]
         if cfg.k > hidden:
             raise ValueError(f"k={cfg.k} is larger than the latent size h={hidden}")
-        shift, scale = self._normalisation(x)
-        normalise = _Normaliser(cfg.normalize, shift, scale)
-        rows, partners, groups = self._training_rows(normalise, x, **supervision)
-        objective = CSRObjective(self._initial_model(normalise(x), hidden, shift, scale), _loss_settings(cfg))
-        before = self._measure(objective, rows, partners, groups)
-        report = train(objective, [rows, partners, groups], cfg, description="csr")
+        objective = CSRObjective(self._initial_model(x, hidden, normalise.shift, normalise.scale), _loss_settings(cfg))
+        before = self._measure(objective, *measured)
+        report = train(objective, data, cfg, description="csr")
         objective = objective.cpu().eval()
-        after = self._measure(objective, rows, partners, groups)
+        after = self._measure(objective, *measured)
         self._model = objective.model
-        self.fit_report = self._report(report.as_dict(), before, after, normalise(x))
+        self.fit_report = self._report(report.as_dict(), before, after, x)
 
     def _normalisation(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(shift, scale) of the input normalisation: the fit rows' mean and std for ``standardize``."""
@@ -254,6 +274,27 @@ class CSRCompressor(Compressor):
         if tied != (self.config.decoder == "tied"):
             raise ValueError(f"csr file has {'no' if tied else 'a'} separate decoder but decoder={self.config.decoder!r}")
         self._model = CSRModel.from_state(tensors, normalize=self.config.normalize)
+
+
+class _StreamRows:
+    """A stream batch as ``CSRObjective`` trains on it: normalised rows as their own partners, each its own group,
+    plus a random share of the pairs (anchors with their positives) in proportion to ``pairs : stream rows``."""
+
+    def __init__(self, normalise: _Normaliser, stream_rows: int, pairs: tuple[torch.Tensor, torch.Tensor] | None,
+                 seed: int) -> None:
+        self.normalise, self.stream_rows = normalise, stream_rows
+        self.pairs = None if pairs is None else (normalise(pairs[0]), normalise(pairs[1]))
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __call__(self, batch: torch.Tensor) -> list[torch.Tensor]:
+        rows = self.normalise(batch)
+        if self.pairs is None:
+            return [rows, rows, torch.arange(len(rows))]
+        anchors, positives = self.pairs
+        share = len(rows) * len(anchors) / self.stream_rows
+        count = int(share) + int(torch.rand((), generator=self.generator) < share - int(share))
+        pick = torch.randint(len(anchors), (min(count, len(anchors)),), generator=self.generator)
+        return [torch.cat([rows, anchors[pick]]), torch.cat([rows, positives[pick]]), torch.arange(len(rows) + len(pick))]
 
 
 class _Normaliser:

@@ -9,6 +9,7 @@ in-batch softmax similarities of the normalised prefix and of the input (tempera
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -21,6 +22,8 @@ from adaptemb import (
     Compressor,
     CompressorRegistry,
     DenseCodes,
+    RowStream,
+    StreamBatches,
     TrainingConfig,
     hookimpl,
     principal_components,
@@ -61,7 +64,21 @@ class MRLCompressor(Compressor):
     def normalizes_rows(self) -> bool:
         return True
 
+    @property
+    def trains_on_stream(self) -> bool:
+        return self.config.adapter == "linear"  # plain truncation learns nothing but the int8 range (a sample)
+
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
+        self._learn(x, lambda unit: [unit])
+
+    def _fit_stream(self, stream: RowStream, **supervision: object) -> None:
+        """The adapter trains on every row of the stream; its PCA start and the int8 range use a uniform sample."""
+        positions, sample = stream.sample(self.stream_sample_rows, self.config.seed)
+        self._learn(sample, lambda unit: StreamBatches.holding_out(
+            stream, lambda rows: [unit_rows(rows)], (positions, unit), self.config.val_fraction, self.config.seed))
+
+    def _learn(self, x: torch.Tensor, training_data: Callable[[torch.Tensor], Any]) -> None:
+        """Fit the adapter (when configured) on ``training_data(unit rows of x)``; the int8 range on ``x``."""
         if self.config.k is not None and self.config.k > x.shape[1]:
             raise ValueError(f"k={self.config.k} is longer than the embeddings (d={x.shape[1]})")
         self._adapter: _Prefix | None = None
@@ -69,7 +86,7 @@ class MRLCompressor(Compressor):
             x = unit_rows(x)  # the adapter maps directions, like the truncation it replaces
             mean, rotation, _ = principal_components(x)
             model = _NestedAdapter(rotation, mean, nested_prefixes(x.shape[1]), self.config.temperature)
-            report = train(model, [x], self.config, description="mrl adapter")
+            report = train(model, training_data(x), self.config, description="mrl adapter")
             self.fit_report = report.as_dict()
             self._adapter = _Prefix(x.shape[1], model.weight.detach().cpu(), model.bias.detach().cpu())
         self._range = prefix_ranges(self._float_encoder(x.shape[1])(x)[0]) if self.config.values == "int8" else None

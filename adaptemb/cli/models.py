@@ -17,6 +17,7 @@ from adaptemb.api import list_compressors, load
 from adaptemb.cli.app import app
 from adaptemb.cli.errors import friendly_errors
 from adaptemb.data import load_embeddings
+from adaptemb.rows import RowStream
 from adaptemb.serialization import save_codes
 
 console = Console(soft_wrap=True)
@@ -58,10 +59,24 @@ def fit_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the fitted compressor (.safetensors).")],
     param: ParamOption = None,
     key: KeyOption = None,
+    stream: Annotated[bool, typer.Option("--stream", help="Read the file chunk by chunk instead of loading it (files larger "
+                                         "than memory; .npy, .parquet, .safetensors): learned methods train on every "
+                                         "row, the others on a uniform sample.")] = False,
+    engine: Annotated[str, typer.Option("--engine", help="With --stream: local (this process reads) or ray (Ray Data reads "
+                                        ".parquet / .npy; pip install 'adaptemb[ray]').")] = "local",
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="A Ray cluster for --engine ray; default: start Ray here.")] = None,
 ) -> None:
     """Fit a compressor on an embedding file and save it as one safetensors file."""
     params = parse_params(param or [])
-    compressor = fit_compressor(load_embeddings(input_path, key=key), method, **params)
+    if engine not in ("local", "ray"):
+        raise ValueError(f"unknown engine {engine!r}; use local or ray")
+    if not stream and (engine != "local" or ray_address is not None):
+        raise ValueError("--engine and --ray-address choose how a stream is read: add --stream")
+    if stream:
+        source: Any = RowStream.through_ray(input_path, key=key, address=ray_address) if engine == "ray" else input_path
+        compressor = fit_compressor(source, method, key=None if engine == "ray" else key, **params)
+    else:
+        compressor = fit_compressor(load_embeddings(input_path, key=key), method, **params)
     compressor.save(output)
     budgets = compressor.budgets()
     console.print(

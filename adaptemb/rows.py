@@ -1,0 +1,332 @@
+"""Rows of embeddings read from files or Python batches without holding them all: what streaming encode
+reads (``RowSource``, ``row_batches``) and what ``Compressor.fit`` trains on when given files or batches
+instead of an array (``RowStream``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from adaptemb.data import list_column_rows, pick_name, vector_columns
+from adaptemb.errors import CorruptFileError
+from adaptemb.serialization import existing_file
+from adaptemb.validation import as_matrix
+
+STREAM_SUFFIXES = (".npy", ".parquet", ".safetensors")
+_PARQUET_BATCH = 8_192  # rows per decoded parquet batch
+CHUNK_ROWS = 16_384
+"""Rows a stream reads at a time (and the unit its shuffled passes permute)."""
+SHUFFLE_BYTES = 256 * 2**20
+"""Float32 bytes of rows a shuffled pass mixes at once (at least two batches): 87,381 rows at d = 768."""
+
+
+class RowSource:
+    """One input file read as ``rows(start, stop)`` without loading the rest of it."""
+
+    def __init__(self, path: str | Path, key: str | None = None) -> None:
+        self.path = existing_file(path)
+        suffix = self.path.suffix.lower()
+        if suffix not in STREAM_SUFFIXES:
+            raise ValueError(f"cannot stream {self.path.name}: supported file types are {', '.join(STREAM_SUFFIXES)}")
+        if suffix == ".npy" and key is not None:
+            raise ValueError(f"{self.path.name} holds a single array; do not pass a key")
+        try:
+            self._open(suffix, key)
+        except (OSError, ValueError, KeyError) as err:
+            if isinstance(err, (FileNotFoundError, KeyError)):
+                raise
+            raise CorruptFileError(f"could not read {self.path}: {err}") from None
+
+    def _open(self, suffix: str, key: str | None) -> None:
+        if suffix == ".npy":
+            self._open_npy()
+        elif suffix == ".safetensors":
+            self._open_safetensors(key)
+        else:
+            self._open_parquet(key)
+
+    def _open_npy(self) -> None:
+        """Plain reads at the rows' offset (a memory map would keep every page read resident)."""
+        with open(self.path, "rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read_header(handle)
+            offset = handle.tell()
+        if fortran or dtype.hasobject:
+            raise ValueError("only C-ordered numeric .npy arrays stream (save with np.save of a C-contiguous array)")
+        self.shape = tuple(shape)
+        row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+
+        def read(start: int, stop: int) -> np.ndarray:
+            count = max(stop - start, 0) * row_bytes // dtype.itemsize
+            rows = np.fromfile(self.path, dtype=dtype, count=count, offset=offset + start * row_bytes)
+            return rows.reshape(-1, *shape[1:])
+
+        self._read = read
+
+    def _open_safetensors(self, key: str | None) -> None:
+        from safetensors import safe_open
+
+        with safe_open(str(self.path), framework="numpy") as handle:
+            names = list(handle.keys())
+            name = pick_name(self.path, names, key, "tensor")
+            self.shape = tuple(handle.get_slice(name).get_shape())
+
+        def read(start: int, stop: int) -> np.ndarray:
+            with safe_open(str(self.path), framework="numpy") as handle:
+                return np.asarray(handle.get_slice(name)[start:stop])
+
+        self._read = read
+
+    def _open_parquet(self, key: str | None) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        parquet = pq.ParquetFile(self.path, buffer_size=1 << 22, pre_buffer=False)  # stream pages, not whole chunks
+        schema = parquet.schema_arrow
+        column = pick_name(self.path, vector_columns(schema), key, "vector column")
+        sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        first = next(parquet.iter_batches(batch_size=1, columns=[column]), None)
+        width = 0 if first is None else len(first.column(0)[0])
+        self.shape = (int(starts[-1]), width)
+
+        def pieces(start: int, stop: int) -> Iterator[np.ndarray]:
+            """Rows start:stop in decoded batches, each row group read once."""
+            groups = [i for i in range(len(sizes)) if starts[i] < stop and starts[i + 1] > start]
+            row = int(starts[groups[0]]) if groups else start
+            for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH, row_groups=groups, columns=[column]):
+                lo, hi = max(start - row, 0), min(stop - row, batch.num_rows)
+                if hi > lo:
+                    yield list_column_rows(batch.column(0).slice(lo, hi - lo), self.path)
+                row += batch.num_rows
+                if row >= stop:
+                    break
+            pa.default_memory_pool().release_unused()  # give the decoded pages back
+
+        self._pieces = pieces
+        self._read = lambda start, stop: _joined(list(pieces(start, stop)), width)
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` as an in-memory array."""
+        return self._read(start, stop)
+
+    def batches(self, start: int, stop: int, batch_rows: int) -> Iterator[np.ndarray]:
+        """Rows ``start:stop`` in order, ``batch_rows`` at a time, reading the file once."""
+        pieces = getattr(self, "_pieces", None)
+        if pieces is None:
+            for first in range(start, stop, batch_rows):
+                yield self.rows(first, min(first + batch_rows, stop))
+            return
+        pending: list[np.ndarray] = []
+        count = 0
+        for piece in pieces(start, stop):
+            pending.append(piece)
+            count += len(piece)
+            while count >= batch_rows:
+                joined = np.concatenate(pending)
+                yield joined[:batch_rows]
+                pending, count = [joined[batch_rows:]], count - batch_rows
+        if count:
+            yield np.concatenate(pending)
+
+
+def _joined(parts: list[np.ndarray], width: int) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.empty((0, width), dtype=np.float32)
+
+
+def row_batches(sources: list[RowSource], start: int, stop: int, batch_rows: int) -> Iterator[np.ndarray]:
+    """Rows ``start:stop`` of the inputs laid end to end, ``batch_rows`` at a time."""
+    offset = 0
+    for source in sources:
+        lo, hi = max(start - offset, 0), min(stop - offset, len(source))
+        if hi > lo:
+            yield from source.batches(lo, hi, batch_rows)
+        offset += len(source)
+
+
+# -- streams for fitting ---------------------------------------------------------------------------
+
+
+class RowStream:
+    """Embeddings read pass by pass, never all at once: what ``Compressor.fit`` trains on when it is given
+    files or batches instead of an array.
+
+    Build one with ``RowStream.of(x)``: a path or a list of paths (``.npy``, ``.parquet``, ``.safetensors``;
+    rows laid end to end), a re-iterable of 2-D arrays (a list of batches, an object whose ``__iter__`` starts
+    over), or a callable returning a fresh iterator of 2-D arrays. A one-shot iterator (a generator) is
+    refused: fitting reads the rows more than once (a sample, then one pass per epoch). Every chunk is
+    validated like an array given to ``fit`` (finite floats, one width, and no all-zero rows for methods
+    that encode directions); errors name the rows. Memory: one chunk of ``chunk_rows`` rows, plus what the
+    caller keeps (a sample, a shuffle buffer of ``shuffle_rows`` rows).
+    """
+
+    def __init__(self, name: str, *, files: Sequence[RowSource] = (), batches: Callable[[], Iterable[Any]] | None = None,
+                 nonzero_rows: bool = False, chunk_rows: int = CHUNK_ROWS, shuffle_rows: int | None = None) -> None:
+        self.name, self._files, self._batches = name, list(files), batches
+        self.nonzero_rows, self.chunk_rows, self.shuffle_rows = nonzero_rows, chunk_rows, shuffle_rows
+        self.rows: int | None = sum(len(f) for f in self._files) if self._files else None
+        """Rows in one pass; None for batches until a first pass has counted them."""
+        self.dim: int | None = None
+        if self._files:
+            widths = {f.path.name: (f.shape[1] if len(f.shape) == 2 else None) for f in self._files}
+            if None in widths.values() or len(set(widths.values())) != 1:
+                raise ValueError(f"files to stream must hold 2-D rows of one width; got {widths}")
+            self.dim = next(iter(widths.values()))
+
+    @classmethod
+    def of(cls, x: Any, *, key: str | None = None, nonzero_rows: bool = False) -> RowStream | None:
+        """The stream ``x`` describes, or None when ``x`` is not a stream (an array: validated by the caller)."""
+        if isinstance(x, RowStream):
+            copy = cls(x.name, files=x._files, batches=x._batches, nonzero_rows=nonzero_rows, chunk_rows=x.chunk_rows,
+                       shuffle_rows=x.shuffle_rows)
+            copy.rows, copy.dim = x.rows, x.dim
+            return copy
+        if isinstance(x, (str, os.PathLike)):
+            x = [x]
+        if isinstance(x, (np.ndarray, torch.Tensor)) or not isinstance(x, Iterable) and not callable(x):
+            return None
+        if isinstance(x, (list, tuple)):
+            if x and all(isinstance(item, (str, os.PathLike)) for item in x):
+                files = [RowSource(path, key) for path in x]
+                name = files[0].path.name if len(files) == 1 else f"{len(files)} files"
+                return cls(name, files=files, nonzero_rows=nonzero_rows)
+            if not x or not all(isinstance(item, (np.ndarray, torch.Tensor)) and item.ndim == 2 for item in x):
+                return None  # not batches: the caller's array check says what is wrong
+        if isinstance(x, Iterator):
+            raise TypeError(
+                "a one-shot iterator can be read only once, but fitting reads the rows several times (a sample, then "
+                "one pass per epoch): pass a list of 2-D arrays, a callable returning a fresh iterator of them, or file paths"
+            )
+        batches = x if callable(x) and not isinstance(x, Iterable) else (lambda: iter(x))
+        return cls(f"{type(x).__name__} of batches", batches=batches, nonzero_rows=nonzero_rows)
+
+    @classmethod
+    def through_ray(cls, paths: str | os.PathLike | Sequence[str | os.PathLike], *, key: str | None = None,
+                    address: str | None = None, nonzero_rows: bool = False) -> RowStream:
+        """The rows of ``.parquet`` or ``.npy`` files read through Ray Data (``ray.data.read_parquet`` /
+        ``read_numpy``, order preserved): Ray's readers do the I/O and decoding in its workers, on this machine
+        or on the cluster at ``address`` (default: start a local Ray). Needs ``pip install 'adaptemb[ray]'``."""
+        files = [existing_file(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
+        suffixes = {f.suffix.lower() for f in files}
+        if not files or len(suffixes) != 1 or not suffixes <= {".parquet", ".npy"}:
+            raise ValueError(f"Ray Data reads .parquet or .npy files of one kind; got {', '.join(f.name for f in files) or 'none'}")
+        ray = start_ray(address)
+        ray.data.DataContext.get_current().execution_options.preserve_order = True  # a seeded fit sees one order
+        if suffixes == {".npy"}:
+            dataset, column = ray.data.read_numpy([str(f) for f in files]), "data"
+        else:
+            import pyarrow.parquet as pq
+
+            column = pick_name(files[0], vector_columns(pq.read_schema(files[0])), key, "vector column")
+            dataset = ray.data.read_parquet([str(f) for f in files], columns=[column])
+        name = files[0].name if len(files) == 1 else f"{len(files)} files"
+        stream = cls(f"{name} (Ray Data)", nonzero_rows=nonzero_rows)
+
+        def batches() -> Iterator[np.ndarray]:
+            for batch in dataset.iter_batches(batch_size=stream.chunk_rows, batch_format="pyarrow"):
+                values = batch.column(column).combine_chunks()
+                rows = values.to_numpy_ndarray() if column == "data" else list_column_rows(values, files[0])
+                yield np.array(rows, copy=True)  # arrow's buffers are read-only; torch wants writable memory
+
+        stream._batches = batches
+        return stream
+
+    def chunks(self, rng: np.random.Generator | None = None) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
+        """One pass: (row positions, validated float32 rows) a chunk at a time; file chunks in a random order
+        when ``rng`` is given (batches from Python always come in their own order)."""
+        if self._files:
+            yield from self._file_chunks(rng)
+            return
+        assert self._batches is not None
+        position = 0
+        for batch in self._batches():
+            rows = self._checked(batch, position)
+            yield np.arange(position, position + len(rows)), rows
+            position += len(rows)
+        if position == 0:
+            raise ValueError(f"{self.name} yielded no rows")
+        self.rows = position
+
+    def _file_chunks(self, rng: np.random.Generator | None) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
+        assert self.rows is not None
+        if self.rows == 0:
+            raise ValueError(f"{self.name} holds no rows")
+        starts = np.arange(0, self.rows, self.chunk_rows)
+        if rng is not None:
+            starts = rng.permutation(starts)
+        for start in starts.tolist():
+            stop = min(start + self.chunk_rows, self.rows)
+            parts = list(row_batches(self._files, start, stop, stop - start))
+            yield np.arange(start, stop), self._checked(parts[0] if len(parts) == 1 else np.concatenate(parts), start)
+
+    def _checked(self, batch: Any, start: int) -> torch.Tensor:
+        name = f"rows {start}..{start + len(batch) - 1} of {self.name}" if hasattr(batch, "__len__") else self.name
+        rows = as_matrix(batch, name=name, dim=self.dim, nonzero_rows=self.nonzero_rows)
+        self.dim = rows.shape[1]
+        return rows
+
+    def sample(self, n: int, seed: int) -> tuple[np.ndarray, torch.Tensor]:
+        """A uniform sample of ``min(n, rows)`` rows without replacement, in stream order, and their positions:
+        one pass keeping the ``n`` rows of smallest seeded random key."""
+        rng = np.random.default_rng(seed)
+        keys, positions, kept = np.empty(0), np.empty(0, dtype=np.int64), torch.empty(0, 0)
+        for where, rows in self.chunks():
+            draw = rng.random(len(where))
+            if len(keys) >= n:  # only rows that would enter the sample are copied
+                fresh = draw < keys.max()
+                where, rows, draw = where[fresh], rows[torch.from_numpy(fresh)], draw[fresh]
+            keys, positions = np.concatenate([keys, draw]), np.concatenate([positions, where])
+            kept = rows if kept.numel() == 0 else torch.cat([kept, rows])
+            if len(keys) > n:
+                keep = np.sort(np.argpartition(keys, n - 1)[:n])
+                keys, positions, kept = keys[keep], positions[keep], kept[torch.from_numpy(keep)]
+        order = np.argsort(positions, kind="stable")
+        return positions[order], kept[torch.from_numpy(order)]
+
+    def shuffled_batches(self, batch_size: int, rng: np.random.Generator,
+                         skip: np.ndarray | None = None) -> Iterator[torch.Tensor]:
+        """One pass in shuffled batches of ``batch_size`` rows (the last may be smaller), leaving out the rows at
+        positions ``skip``: chunks in a random order (files), mixed in a buffer of ``shuffle_rows`` rows (default:
+        ``SHUFFLE_BYTES`` of float32 rows), at least two batches."""
+        buffer_rows = max(2 * batch_size, self.shuffle_rows or SHUFFLE_BYTES // (4 * (self.dim or 1024)))
+        pending: list[torch.Tensor] = []
+        count = 0
+        for where, rows in self.chunks(rng):
+            if skip is not None and len(skip):
+                keep = ~np.isin(where, skip)
+                rows = rows if keep.all() else rows[torch.from_numpy(keep)]
+            pending.append(rows)
+            count += len(rows)
+            if count >= buffer_rows:
+                mixed = _mixed(pending, rng)
+                full = len(mixed) - len(mixed) % batch_size
+                yield from mixed[:full].split(batch_size)
+                pending, count = [mixed[full:]], len(mixed) - full
+        if count:
+            yield from _mixed(pending, rng).split(batch_size)
+
+
+def _mixed(parts: list[torch.Tensor], rng: np.random.Generator) -> torch.Tensor:
+    rows = torch.cat(parts)
+    return rows[torch.from_numpy(rng.permutation(len(rows)))]
+
+
+def start_ray(address: str | None = None) -> Any:
+    """The ``ray`` module, connected: to the cluster at ``address``, else to a Ray started on this machine
+    (once per process). A clear error when Ray is not installed."""
+    try:
+        import ray
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError("Ray Data needs ray: pip install 'adaptemb[ray]'") from None
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return ray
