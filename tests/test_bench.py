@@ -60,6 +60,7 @@ def test_bench_writes_every_output(bench_dir: Path) -> None:
         assert (bench_dir / name).is_file(), name
     for png in bench_dir.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(bench_dir.glob(".*.tmp"))  # every file went through atomic_write and was renamed into place
     report = (bench_dir / "report.md").read_text()
     assert "(quality_vs_bytes.png)" in report and "(quality_vs_latency.png)" in report
     header = (bench_dir / "results.csv").read_text().splitlines()[0]

@@ -17,6 +17,7 @@ from rich.table import Table
 from adaptemb.evaluate.machine import describe
 from adaptemb.evaluate.recommend import TOLERANCE, pareto_front, row_label
 from adaptemb.evaluate.runner import BenchResult, Row
+from adaptemb.serialization import atomic_write
 
 # (column title, row key, format) shown in the terminal and Markdown tables
 COLUMNS: list[tuple[str, str, str]] = [
@@ -119,8 +120,8 @@ def print_table(result: BenchResult, console: Console | None = None) -> None:
 
 def write_json(result: BenchResult, path: Path) -> Path:
     """Everything: dataset, config, machine, rows (with fit reports), notes, scale sweep."""
-    path.write_text(json.dumps(result.as_dict(), indent=2, default=str) + "\n")
-    return path
+    text = json.dumps(result.as_dict(), indent=2, default=str) + "\n"
+    return atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def write_csv(result: BenchResult, path: Path) -> Path:
@@ -130,12 +131,15 @@ def write_csv(result: BenchResult, path: Path) -> Path:
         keys.extend(k for k in row if k not in keys and k != "fit_report")
     machine = {f"machine_{k}": _flat(result.machine.get(k)) for k in _MACHINE_COLUMNS}
     machine.update({f"version_{k}": v for k, v in result.machine["versions"].items()})
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[*keys, "dataset", *machine])
-        writer.writeheader()
-        for row in result.rows:
-            writer.writerow({**{k: row.get(k) for k in keys}, "dataset": result.dataset["name"], **machine})
-    return path
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=[*keys, "dataset", *machine])
+            writer.writeheader()
+            for row in result.rows:
+                writer.writerow({**{k: row.get(k) for k in keys}, "dataset": result.dataset["name"], **machine})
+
+    return atomic_write(path, write)
 
 
 def _flat(value: Any) -> Any:
@@ -185,8 +189,10 @@ def _finish(fig: Any, ax: Any, path: Path, *, xlabel: str, ylabel: str, title: s
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=legend_size, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        atomic_write(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip(".") or "png"))
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -269,8 +275,8 @@ def write_markdown(result: BenchResult, path: Path, files: dict[str, Path]) -> P
     parts += ["", "## Plots", ""]
     parts += [f"![{name}]({p.name})" for name, p in files.items() if p.suffix == ".png"]
     parts += ["", "## Files", ""] + [f"- [{p.name}]({p.name})" for p in files.values() if p.suffix != ".png"]
-    path.write_text("\n".join(parts) + "\n")
-    return path
+    text = "\n".join(parts) + "\n"
+    return atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def write_report(result: BenchResult, out_dir: Path) -> dict[str, Path]:
