@@ -80,6 +80,13 @@ class Budgets:
         """True for methods without a budget: they always keep ``high`` dims."""
         return self.low == self.high
 
+    def describe(self) -> str:
+        """One line for people: ``k=1..384 (default 384)``, ``k=4, 6, 8 (default 8)`` or ``k=32 (this fit only)``."""
+        if self.per_fit and self.fixed:
+            return f"k={self.high} (this fit only; another k needs another fit)"
+        valid = ", ".join(map(str, self.values)) if self.values is not None else f"{self.low}..{self.high}"
+        return f"k={valid} (default {self.default})"
+
     def options(self) -> list[int]:
         """Every valid budget, ascending."""
         return list(self.values) if self.values is not None else list(range(self.low, self.high + 1))

@@ -104,3 +104,12 @@ def test_export_writes_an_onnx_encoder_that_matches(corpus: Path, tmp_path: Path
     x = np.load(corpus)
     (values,) = session.run(None, {"embeddings": x})
     np.testing.assert_allclose(values, adaptemb.load(model).encode(x, k=6).to_dense(), atol=1e-5)
+
+
+def test_info_lists_only_the_valid_budgets(tmp_path: Path) -> None:
+    x = np.random.default_rng(0).standard_normal((300, 16)).astype(np.float32)
+    adaptemb.fit(x, "sq").save(tmp_path / "sq.safetensors")
+    adaptemb.fit(x, "pq", k=4).save(tmp_path / "pq.safetensors")
+    runner = CliRunner()
+    assert "budgets: k=4, 6, 8 (default 8)" in runner.invoke(app, ["info", str(tmp_path / "sq.safetensors")]).output
+    assert "budgets: k=4 (this fit only" in runner.invoke(app, ["info", str(tmp_path / "pq.safetensors")]).output

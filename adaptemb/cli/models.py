@@ -80,8 +80,7 @@ def fit_command(
     compressor.save(output)
     budgets = compressor.budgets()
     console.print(
-        f"fitted [bold]{method}[/] on d={compressor.dim}; budgets k={budgets.low}..{budgets.high} "
-        f"(default {budgets.default}); saved to {output}"
+        f"fitted [bold]{method}[/] on d={compressor.dim}; budgets {budgets.describe()}; saved to {output}"
     )
     if compressor.fit_report:
         print_report(compressor.fit_report)
@@ -191,7 +190,7 @@ def info_command(
     compressor = load(model)
     budgets = compressor.budgets()
     console.print(f"method: [bold]{compressor.name}[/]  dim: {compressor.dim}")
-    console.print(f"budgets: k={budgets.low}..{budgets.high} (default {budgets.default})")
+    console.print(f"budgets: {budgets.describe()}")
     console.print(f"config: {compressor.config.model_dump_json()}")
 
 
