@@ -21,8 +21,8 @@ STREAM_SUFFIXES = (".npy", ".parquet", ".safetensors")
 _PARQUET_BATCH = 8_192  # rows per decoded parquet batch
 CHUNK_ROWS = 16_384
 """Rows a stream reads at a time (and the unit its shuffled passes permute)."""
-SHUFFLE_BYTES = 256 * 2**20
-"""Float32 bytes of rows a shuffled pass mixes at once (at least two batches): 87,381 rows at d = 768."""
+SHUFFLE_BYTES = 128 * 2**20
+"""Float32 bytes of rows a shuffled pass mixes at once (at least two batches): 43,690 rows at d = 768."""
 
 
 class RowSource:
@@ -276,21 +276,31 @@ class RowStream:
 
     def sample(self, n: int, seed: int) -> tuple[np.ndarray, torch.Tensor]:
         """A uniform sample of ``min(n, rows)`` rows without replacement, in stream order, and their positions:
-        one pass keeping the ``n`` rows of smallest seeded random key."""
+        one pass keeping the ``n`` rows of smallest seeded random key, in a buffer of ``n`` rows (no other copy)."""
         rng = np.random.default_rng(seed)
-        keys, positions, kept = np.empty(0), np.empty(0, dtype=np.int64), torch.empty(0, 0)
+        keys, positions = np.empty(0), np.empty(0, dtype=np.int64)
+        kept: torch.Tensor | None = None
         for where, rows in self.chunks():
             draw = rng.random(len(where))
-            if len(keys) >= n:  # only rows that would enter the sample are copied
+            if kept is None:
+                kept = torch.empty(n, rows.shape[1])
+            if len(keys) == n:  # full: only rows whose key beats the largest kept one can enter
                 fresh = draw < keys.max()
                 where, rows, draw = where[fresh], rows[torch.from_numpy(fresh)], draw[fresh]
-            keys, positions = np.concatenate([keys, draw]), np.concatenate([positions, where])
-            kept = rows if kept.numel() == 0 else torch.cat([kept, rows])
-            if len(keys) > n:
-                keep = np.sort(np.argpartition(keys, n - 1)[:n])
-                keys, positions, kept = keys[keep], positions[keep], kept[torch.from_numpy(keep)]
+            room = min(n - len(keys), len(where))
+            if room:  # fill the buffer first
+                kept[len(keys) : len(keys) + room] = rows[:room]
+                keys, positions = np.concatenate([keys, draw[:room]]), np.concatenate([positions, where[:room]])
+                where, rows, draw = where[room:], rows[room:], draw[room:]
+            if len(where):  # the n smallest keys of the kept and incoming rows; incoming ones take the freed slots
+                chosen = np.argpartition(np.concatenate([keys, draw]), n - 1)[:n]
+                incoming = chosen[chosen >= n] - n
+                slots = np.setdiff1d(np.arange(n), chosen[chosen < n], assume_unique=True)
+                kept[torch.from_numpy(slots)] = rows[torch.from_numpy(incoming)]
+                keys[slots], positions[slots] = draw[incoming], where[incoming]
+        assert kept is not None
         order = np.argsort(positions, kind="stable")
-        return positions[order], kept[torch.from_numpy(order)]
+        return positions[order], kept[: len(keys)][torch.from_numpy(order)]
 
     def shuffled_batches(self, batch_size: int, rng: np.random.Generator,
                          skip: np.ndarray | None = None) -> Iterator[torch.Tensor]:

@@ -90,6 +90,7 @@ class CSRCompressor(Compressor):
     fit_inputs = frozenset({"pairs", "labels"})
     test_params: ClassVar[dict[str, Any]] = {"hidden": 64, "k": 4, "epochs": 2, "batch_size": 64, "k_aux": 16, "progress": False}
     doc_kind = "sparse"
+    stream_sample_rows = 32_768  # enough for the start (8,192-row median, h rows) and the report
     config: CSRConfig
 
     def __init__(self, config: CSRConfig | None = None, **params: Any) -> None:
@@ -118,11 +119,11 @@ class CSRCompressor(Compressor):
         positions, sample = stream.sample(self.stream_sample_rows, self.config.seed)
         shift, scale = self._normalisation(sample)
         normalise = _Normaliser(self.config.normalize, shift, scale)
-        measured = self._training_rows(normalise, sample, **supervision)
         assert stream.rows is not None
         prepare = _StreamRows(normalise, stream.rows, supervision.get("pairs"), self.config.seed)
         data = StreamBatches.holding_out(stream, prepare, (positions, sample), self.config.val_fraction, self.config.seed)
-        self._train(normalise, normalise(sample), data, measured)
+        sample = normalise(sample)  # one normalised copy serves the start, the measurements and the report
+        self._train(normalise, sample, data, (sample, sample, torch.arange(len(sample))))
 
     def _train(self, normalise: _Normaliser, x: torch.Tensor, data: Any,
                measured: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
