@@ -7,7 +7,9 @@ cached next to the built-in datasets (``adaptemb.datasets.builtin.cache_dir()``)
 * ``definitions_768()``: 40,000 distinct WordNet definitions, (40000, 768) float32 (~15 min on 2 cores);
 * ``wordnet_examples_768()``: the ``wordnet-examples`` task (corpus = every definition with an example,
   5,000 example-sentence queries, gold = the example's own definition, lexicographer-class labels), embedded
-  with the stand-in encoder (~15 min on 2 cores).
+  with the stand-in encoder (~15 min on 2 cores);
+* ``wordnet_titled(768)`` / ``wordnet_titled(384)``: the same queries against titled documents
+  (``"lemma, lemma: definition"``), with the stand-in or with all-MiniLM-L6-v2's own sentence embedding.
 
 Usage (builds both caches): ``python benchmarks/standin768.py``.
 """
@@ -15,7 +17,9 @@ Usage (builds both caches): ``python benchmarks/standin768.py``.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -73,7 +77,36 @@ def definitions_768() -> np.ndarray:
 
 def wordnet_examples_768() -> Dataset:
     """The ``wordnet-examples`` retrieval task embedded with the 768-d stand-in (cached)."""
-    path = cache_dir() / "datasets" / "wordnet-examples-768.npz"
+    return _example_task("wordnet-examples-768", lambda synset: synset.definition, minilm_two_layer_embeddings,
+                         "WordNet example sentence -> definition, 768-d stand-in (MiniLM layers 3 + 6, mean-pooled)",
+                         "all-MiniLM-L6-v2 layers 3+6")
+
+
+def wordnet_titled(dim: int) -> Dataset:
+    """Example sentence -> its synset's *titled* document ``"lemma, lemma: definition"`` (a document with its
+    title, as search corpora have), embedded with the 768-d stand-in (``dim=768``) or with the all-MiniLM-L6-v2
+    sentence embedding itself (``dim=384``); cached. The lemmas make this task far easier than ``wordnet-examples``
+    (full NDCG@10 about 0.57 instead of 0.22 at 768-d), closer to the regime of a real retrieval corpus."""
+    if dim == 768:
+        embed, model = minilm_two_layer_embeddings, "all-MiniLM-L6-v2 layers 3+6"
+    elif dim == 384:
+        embed, model = _minilm_sentence_embeddings, "all-MiniLM-L6-v2"
+    else:
+        raise ValueError(f"dim must be 768 (the stand-in) or 384 (all-MiniLM-L6-v2); got {dim}")
+    return _example_task(f"wordnet-titled-{dim}", lambda synset: f"{', '.join(synset.lemmas)}: {synset.definition}",
+                         embed, f"WordNet example sentence -> 'lemmas: definition', {dim}-d ({model})", model)
+
+
+def _minilm_sentence_embeddings(texts: list[str]) -> np.ndarray:
+    from adaptemb.encoders.text import load_text_encoder
+
+    return load_text_encoder(None).encode(texts, batch_size=256, normalize=True, progress=False)
+
+
+def _example_task(name: str, document: Callable[[Any], str], embed: Callable[[list[str]], np.ndarray],
+                  description: str, model: str) -> Dataset:
+    """The example-sentence queries of ``wordnet-examples`` against ``document(synset)`` texts (cached by name)."""
+    path = cache_dir() / "datasets" / f"{name}.npz"
     if path.is_file():
         return load_dataset(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,14 +116,9 @@ def wordnet_examples_768() -> Dataset:
     texts, gold = example_queries(corpus, EXAMPLE_QUERIES)
     labels = np.array([synset.lexname_id for synset in corpus], dtype=np.int64)
     dataset = Dataset.from_gold(
-        "wordnet-examples-768",
-        minilm_two_layer_embeddings([synset.definition for synset in corpus]),
-        minilm_two_layer_embeddings(texts),
-        gold,
-        labels=labels,
-        query_labels=labels[gold],
-        description="WordNet example sentence -> definition, 768-d stand-in (MiniLM layers 3 + 6, mean-pooled)",
-        metadata={"source": "WordNet 3.0 (Debian wordnet-base)", "model": "all-MiniLM-L6-v2 layers 3+6"},
+        name, embed([document(synset) for synset in corpus]), embed(texts), gold, labels=labels,
+        query_labels=labels[gold], description=description,
+        metadata={"source": "WordNet 3.0 (Debian wordnet-base)", "model": model},
     )
     save_dataset(dataset, path)
     return dataset

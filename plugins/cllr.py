@@ -5,12 +5,16 @@ A projection ``L`` (h × d, initialised with the top-h principal directions) map
 momentum steps on the smooth part, then the proximal operator of Ω, singular-value thresholding for the nuclear
 norm (low rank) or group soft-thresholding of the columns for the ℓ2,1 norm (feature selection), so zeros are
 exact (``cllr_model.py``). The NCE is InfoNCE over L2-normalised codes: query → document ``pairs``, same-``labels``
-rows, or, with neither, two noisy views of each row.
+rows, or, with neither, two noisy views of each row. With pairs, ``val_fraction`` (a fifth) of them is held out and
+the fit keeps the L under which those held-out queries rank their documents best against fit rows (early stopping).
 
 One fit serves every budget: L's rows are rotated (a left rotation, which keeps zero columns zero) so that code
 dimensions are ordered by their spread on the fit data (the singular values of ``L C^{1/2}``, C the data
-covariance); ``encode(x, k=r)`` keeps the first r and L2-normalises them. ``values="int8"`` stores those r values
-in one byte each. Maths, defaults and measurements: ``docs/methods/cllr.md``.
+covariance). Then (adaptemb's extension, ``prefix_steps`` > 0) the rows are re-based, ``W = B L``, so that the
+prefixes in ``prefixes`` (16, 32, 64, 128) are trained to rank neighbours like the full code (a soft-target NCE,
+self-distillation of L's own codes), and ordered by spread inside each block between them. ``encode(x, k=r)``
+keeps the first r rows and L2-normalises. ``values="int8"`` stores those r values in one byte each. Maths,
+defaults and measurements: ``docs/methods/cllr.md``.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, field_validator
 from torch import nn
 
 from adaptemb import (
@@ -36,13 +40,18 @@ from adaptemb import (
 )
 from adaptemb_plugins.cllr_model import (
     CLLRObjective,
+    Validation,
+    block_spread_order,
     measure,
+    nest_prefixes,
     optimise,
     ordered_directions,
     relative_covariance,
 )
 
 _LEVELS = 127  # int8 codes lie in [-127, 127]
+_MIN_HELD_OUT = 8  # fewer held-out pairs measure nothing: no early stopping
+_DISTRACTORS = 2048  # fit rows each held-out query's document competes with
 
 
 class CLLRConfig(CompressorConfig):
@@ -71,6 +80,35 @@ class CLLRConfig(CompressorConfig):
         1, ge=1, description="CPU threads of the optimisation loop (its ops are small); None: adaptemb's choice."
     )
     progress: bool = Field(True, description="Show a progress bar while fitting.")
+    prefix_steps: int = Field(
+        150, ge=0, description="Steps of the prefix-nesting stage (self-distillation of L's full code into its "
+        "prefixes; adaptemb's extension); 0: prefixes ordered by spread only, as in the plain method."
+    )
+    prefixes: tuple[int, ...] = Field(
+        (16, 32, 64, 128), description="Prefix lengths the nesting stage trains (those below the learned rank)."
+    )
+    prefix_temperature: float = Field(0.05, gt=0, description="τ of the prefixes' (student) NCE in the nesting stage.")
+    teacher_temperature: float = Field(0.02, gt=0, description="τ of the full code's (teacher) neighbour distribution.")
+    prefix_candidates: int = Field(1024, ge=2, description="Fit rows sampled per nesting step as the candidates.")
+    val_fraction: float = Field(
+        0.2, ge=0, lt=0.5, description="Pairs held out for early stopping (at least 8, else none; 0: none): the "
+        "fit keeps the L whose held-out pairs rank best against fit rows."
+    )
+    eval_every: int = Field(2, ge=1, description="Steps between measurements of the held-out pairs.")
+    patience: int = Field(50, ge=1, description="Measurements without improvement before the fit stops (50 x 2 = 100 steps).")
+
+    @field_validator("prefixes", mode="before")
+    @classmethod
+    def _list_as_tuple(cls, value: Any) -> Any:
+        """JSON (saved configs, CLI ``-p prefixes=[32,64]``) gives a list; the items stay strict ints."""
+        return tuple(value) if isinstance(value, list) else value
+
+    @field_validator("prefixes")
+    @classmethod
+    def _positive_prefixes(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if any(p < 1 for p in value):
+            raise ValueError(f"prefixes must be positive code lengths; got {value}")
+        return value
 
 
 class CLLRCompressor(Compressor):
@@ -101,24 +139,31 @@ class CLLRCompressor(Compressor):
         h = min(cfg.rank, x.shape[1])
         if cfg.k is not None and cfg.k > h:
             raise ValueError(f"k={cfg.k} exceeds the directions learned (rank={cfg.rank}, d={x.shape[1]})")
-        tensors, mode = _training_rows(x, **supervision)
         fit_rows = torch.cat([x, *supervision["pairs"]]) if supervision.get("pairs") is not None else x
+        trained, validation = _hold_out_pairs(x, supervision, cfg)
+        tensors, mode = _training_rows(x, **trained)
         mean, components, _ = principal_components(fit_rows, h)
         covariance = relative_covariance(fit_rows, mean)
         objective = CLLRObjective(components, mean, covariance, fit_rows.std(dim=0), cfg, views=mode == "views")
         before = measure(objective, tensors, cfg.seed, cfg.batch_size)
-        report = optimise(objective, tensors, cfg)
+        report = optimise(objective, tensors, cfg, validation)
         after = measure(objective, tensors, cfg.seed, cfg.batch_size)
         weight, strength, singular = ordered_directions(objective.weight.detach(), covariance, objective.kept_rank)
         if len(weight) == 0:
             raise ValueError(f"the {cfg.regularizer} proximal step removed every direction of L; lower alpha "
                              f"(now {cfg.alpha}) or lam (now {cfg.lam})")
+        anchors, anchor_ids = _nesting_anchors(x, **supervision)
+        basis, nesting = nest_prefixes(weight, mean, anchors, x, anchor_ids, cfg)
+        if nesting:
+            weight, strength = block_spread_order(basis @ weight, covariance, nesting["prefixes"])
         if cfg.k is not None and cfg.k > len(weight):
             raise ValueError(f"the regulariser left rank {len(weight)} < k={cfg.k}; lower alpha or lam, or ask for "
                              f"k <= {len(weight)}")
         self._mean, self._weight = mean, weight.contiguous()
         self._scale = _int8_scale(self._weight, fit_rows - mean)
-        report.extra = _report_extra(cfg, mode, before, after, weight, strength, singular)
+        report.extra.update(_report_extra(cfg, mode, before, after, weight, strength, singular), nesting=nesting)
+        if validation is not None:
+            report.extra["held_out_pairs"] = len(validation.anchors)
         self.fit_report = report.as_dict()
 
     # -- encoding -------------------------------------------------------------------------------
@@ -152,7 +197,7 @@ class CLLRCompressor(Compressor):
 
     @property
     def projection(self) -> torch.Tensor:
-        """The learned directions W (rank × d), strongest first: codes are ``normalize((x − μ) W[:r]ᵀ)``."""
+        """The learned directions W (rank × d), in prefix order: codes are ``normalize((x − μ) W[:r]ᵀ)``."""
         self._require_fitted()
         return self._fitted_weight
 
@@ -214,6 +259,40 @@ def _training_rows(x: torch.Tensor, pairs: tuple[torch.Tensor, torch.Tensor] | N
         groups.append(offset + torch.arange(len(pairs[0])))
     mode = "+".join(name for name, given in (("labels", labels is not None), ("pairs", pairs is not None)) if given)
     return [torch.cat(anchors), torch.cat(keys), torch.cat(groups)], mode
+
+
+def _hold_out_pairs(x: torch.Tensor, supervision: dict[str, Any], cfg: CLLRConfig,
+                    ) -> tuple[dict[str, Any], Validation | None]:
+    """(the supervision to train on, the held-out pairs for early stopping or None).
+
+    A seeded ``val_fraction`` of the pairs (when that is at least ``_MIN_HELD_OUT`` pairs) is held out; their
+    documents, with up to ``_DISTRACTORS`` sampled fit rows (rows equal to one of those documents left out), are the
+    keys each held-out query must rank its own document first among."""
+    pairs = supervision.get("pairs")
+    held = round(cfg.val_fraction * len(pairs[0])) if pairs is not None else 0
+    if held < _MIN_HELD_OUT:
+        return supervision, None
+    generator = torch.Generator().manual_seed(cfg.seed + 2)
+    order = torch.randperm(len(pairs[0]), generator=generator)
+    held_ids, kept_ids = order[:held], order[held:]
+    documents = pairs[1][held_ids]
+    seen = {row.numpy().tobytes() for row in documents}
+    distractors = x[torch.randperm(len(x), generator=generator)[:_DISTRACTORS]]
+    distractors = distractors[[row.numpy().tobytes() not in seen for row in distractors]]
+    validation = Validation(pairs[0][held_ids], torch.cat([documents, distractors]), torch.arange(held),
+                            torch.cat([torch.arange(held), torch.full((len(distractors),), -1)]))
+    return {**supervision, "pairs": (pairs[0][kept_ids], pairs[1][kept_ids])}, validation
+
+
+def _nesting_anchors(x: torch.Tensor, pairs: tuple[torch.Tensor, torch.Tensor] | None = None,
+                     labels: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Anchors of the prefix-nesting stage: the fit rows (each its own index, left out of its candidates) and
+    the pairs' queries (-1: no candidate is them). Labels add nothing here: the labelled rows are the fit rows."""
+    del labels
+    ids = torch.arange(len(x))
+    if pairs is None:
+        return x, ids
+    return torch.cat([x, pairs[0]]), torch.cat([ids, torch.full((len(pairs[0]),), -1)])
 
 
 def _int8_scale(weight: torch.Tensor, centred: torch.Tensor) -> torch.Tensor:

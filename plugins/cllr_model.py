@@ -5,12 +5,20 @@ fit rows through their covariance) and Ω the nuclear or ℓ2,1 norm, measured r
 initialisation L₀. The smooth part takes SGD steps with heavy-ball momentum; Ω is applied after each step by its
 proximal operator, singular-value thresholding or column soft-thresholding, so its zeros are exact. The prox
 threshold ``lr·λ·α / (Ω(L₀)(1 − momentum))`` makes the fixed points of the iteration the stationary points of F.
+With held-out pairs (``Validation``) the loop measures their InfoNCE every ``eval_every`` steps and keeps the best L.
+
+Then (adaptemb's extension, ``nest_prefixes``) the learned row space is re-based so that its short prefixes are
+trained to stand alone: ``W = B L`` with B (r × r) fitted by a soft-target NCE that asks each prefix's
+neighbour distribution to match the full code's (self-distillation of L's own codes, Matryoshka style).
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -42,6 +50,14 @@ class Settings(Protocol):
     device: str
     loop_threads: int | None
     progress: bool
+    prefix_steps: int
+    prefixes: tuple[int, ...]
+    prefix_temperature: float
+    teacher_temperature: float
+    prefix_candidates: int
+    val_fraction: float
+    eval_every: int
+    patience: int
 
 
 class CLLRObjective(nn.Module):
@@ -134,8 +150,34 @@ class CLLRObjective(nn.Module):
         self.omega = value / self.omega_scale
 
 
-def optimise(objective: CLLRObjective, tensors: Sequence[torch.Tensor], settings: Settings) -> FitReport:
-    """``settings.steps`` proximal SGD steps over shuffled row batches of ``tensors`` (anchors, keys, groups).
+@dataclass
+class Validation:
+    """Held-out supervision for early stopping: each anchor's positives among ``keys`` are the keys of its
+    group (``anchor_groups`` vs ``key_groups``); the other keys (the other held-out positives and distractor
+    fit rows) are its negatives."""
+
+    anchors: torch.Tensor
+    keys: torch.Tensor
+    anchor_groups: torch.Tensor
+    key_groups: torch.Tensor
+
+    def to(self, device: torch.device) -> Validation:
+        return Validation(*(t.to(device) for t in (self.anchors, self.keys, self.anchor_groups, self.key_groups)))
+
+    @torch.no_grad()
+    def loss(self, objective: CLLRObjective) -> float:
+        """InfoNCE of the held-out anchors against the keys, through the current L (no views' noise)."""
+        w, mean = objective.weight, objective.mean
+        positives = self.anchor_groups[:, None] == self.key_groups[None, :]
+        return float(info_nce((self.anchors - mean) @ w.T, (self.keys - mean) @ w.T, objective.settings.temperature,
+                              positives))
+
+
+def optimise(objective: CLLRObjective, tensors: Sequence[torch.Tensor], settings: Settings,
+             validation: Validation | None = None) -> FitReport:
+    """At most ``settings.steps`` proximal SGD steps over shuffled row batches of ``tensors`` (anchors, keys,
+    groups); with ``validation``, its loss is measured every ``settings.eval_every`` steps, the fit stops after
+    ``settings.patience`` measurements without improvement and the best L is kept.
 
     Runs on ``settings.device`` (CUDA when available for ``"auto"``), draws every random number from the seed and
     leaves the objective on the CPU in eval mode. On the CPU the loop runs on ``settings.loop_threads`` threads.
@@ -145,17 +187,18 @@ def optimise(objective: CLLRObjective, tensors: Sequence[torch.Tensor], settings
     if device.type == "cpu" and settings.loop_threads is not None:
         torch.set_num_threads(settings.loop_threads)
     try:
-        return _loop(objective, tensors, settings, device)
+        return _loop(objective, tensors, settings, device, validation.to(device) if validation else None)
     finally:
         torch.set_num_threads(previous)
 
 
 def _loop(objective: CLLRObjective, tensors: Sequence[torch.Tensor], settings: Settings,
-          device: torch.device) -> FitReport:
+          device: torch.device, validation: Validation | None) -> FitReport:
     started = time.perf_counter()
     rows = len(tensors[0])
     last: dict[str, float] = {}
     epochs, tail = 0, max(1, settings.steps // 10)
+    best = _Best(objective, validation) if validation is not None else None
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(settings.seed)
         generator = torch.Generator().manual_seed(settings.seed)
@@ -163,7 +206,11 @@ def _loop(objective: CLLRObjective, tensors: Sequence[torch.Tensor], settings: S
         velocity = torch.zeros_like(objective.weight)
         order, position = torch.arange(0), rows
         bar = tqdm(total=settings.steps, desc="cllr", disable=None if settings.progress else True, leave=False)
+        steps = settings.steps
         for step in range(settings.steps):
+            if best is not None and step % settings.eval_every == 0 and best.stale(objective, step, settings.patience):
+                steps = step
+                break
             if rows - position < 2:
                 order, position, epochs = torch.randperm(rows, generator=generator), 0, epochs + 1
             idx = order[position : position + settings.batch_size]
@@ -178,10 +225,127 @@ def _loop(objective: CLLRObjective, tensors: Sequence[torch.Tensor], settings: S
             if step % 10 == 0:
                 bar.set_postfix(loss=f"{parts['loss']:.4f}", rank=objective.kept_rank)
         bar.close()
+    val_loss = None
+    if best is not None:
+        if steps == settings.steps:
+            best.stale(objective, steps, settings.patience)  # the last L is a candidate too
+        val_loss = best.restore(objective)
     objective.cpu().eval()
-    return FitReport(device=str(device), seconds=time.perf_counter() - started, epochs=epochs, steps=settings.steps,
-                     stopped_early=False, train_losses=last, val_loss=None, precision="float32",
-                     threads=torch.get_num_threads())
+    report = FitReport(device=str(device), seconds=time.perf_counter() - started, epochs=epochs, steps=steps,
+                       stopped_early=steps < settings.steps, train_losses=last, val_loss=val_loss, precision="float32",
+                       threads=torch.get_num_threads())
+    if best is not None:
+        report.extra["best_step"] = best.step
+    return report
+
+
+class _Best:
+    """The L of the lowest held-out loss so far (with its rank and Ω), measured every ``eval_every`` steps."""
+
+    def __init__(self, objective: CLLRObjective, validation: Validation) -> None:
+        self.validation, self.loss, self.step = validation, math.inf, 0
+        self.weight, self.kept_rank, self.omega = objective.weight.detach().clone(), objective.kept_rank, objective.omega
+        self.measured = 0  # measurements since the last improvement
+
+    def stale(self, objective: CLLRObjective, step: int, patience: int) -> bool:
+        """Measure L at ``step``; True once ``patience`` measurements in a row did not improve on the best."""
+        loss = self.validation.loss(objective)
+        if loss < self.loss:
+            self.loss, self.step, self.measured = loss, step, 0
+            self.weight = objective.weight.detach().clone()
+            self.kept_rank, self.omega = objective.kept_rank, objective.omega
+        else:
+            self.measured += 1
+        return self.measured >= patience
+
+    def restore(self, objective: CLLRObjective) -> float:
+        with torch.no_grad():
+            objective.weight.copy_(self.weight)
+        objective.kept_rank, objective.omega = self.kept_rank, self.omega
+        return round(self.loss, 6)
+
+
+def nest_prefixes(directions: torch.Tensor, mean: torch.Tensor, anchors: torch.Tensor, candidates: torch.Tensor,
+                  anchor_ids: torch.Tensor, settings: Settings) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Re-base L's row space so that its prefixes are trained codes: returns (B (r × r), report); codes ``B L x̃``.
+
+    The teacher is the full code ``L x̃`` (``directions`` = L, r × d, spread-ordered, frozen). For a batch of
+    ``anchors`` (fit rows and the pairs' queries) against a sample of ``candidates`` (fit rows), the teacher's
+    neighbour distribution ``softmax(cos_L(a, c) / teacher_temperature)`` is the soft target of each prefix
+    ``p`` in ``settings.prefixes`` (those below r): the loss is the mean over prefixes of
+    ``−Σ_c p_T(c|a) log softmax(cos_{(B L)[:p]}(a, c) / prefix_temperature)``; a candidate that is the anchor
+    itself (``anchor_ids[a] == c``, -1 for none) is left out. B starts at the identity and takes
+    ``prefix_steps`` heavy-ball SGD steps (the loop's lr and momentum). Everything works on the r-dim teacher
+    codes, so a step costs O(batch · r²) whatever d is. B is a left factor: zero columns of L stay zero and the
+    rank cannot grow.
+    """
+    r = directions.shape[0]
+    prefixes = sorted({p for p in settings.prefixes if 1 <= p < r})
+    if not prefixes or settings.prefix_steps <= 0:
+        return torch.eye(r), {}
+    device = resolve_device(settings.device)
+    previous = torch.get_num_threads()
+    if device.type == "cpu" and settings.loop_threads is not None:
+        torch.set_num_threads(settings.loop_threads)
+    try:
+        started = time.perf_counter()
+        za, zc = (_codes(rows, mean, directions).to(device) for rows in (anchors, candidates))
+        ta, tc = F.normalize(za, dim=1), F.normalize(zc, dim=1)
+        ids = anchor_ids.to(device)
+        generator = torch.Generator().manual_seed(settings.seed + 1)
+        basis = torch.eye(r, device=device, requires_grad=True)
+        velocity = torch.zeros_like(basis)
+        n_candidates = min(settings.prefix_candidates, len(zc))
+        losses: list[float] = []
+        for _ in range(settings.prefix_steps):
+            ai = torch.randperm(len(za), generator=generator)[: settings.batch_size].to(device)
+            ci = torch.randperm(len(zc), generator=generator)[:n_candidates].to(device)
+            itself = ids[ai][:, None] == ci[None, :]
+            with torch.no_grad():
+                target = F.softmax((ta[ai] @ tc[ci].T / settings.teacher_temperature).masked_fill(itself, -torch.inf), 1)
+            with torch.enable_grad():
+                sa, sc = za[ai] @ basis.T, zc[ci] @ basis.T
+                loss = sa.new_zeros(())
+                for p in prefixes:
+                    logits = F.normalize(sa[:, :p], dim=1) @ F.normalize(sc[:, :p], dim=1).T / settings.prefix_temperature
+                    log_q = F.log_softmax(logits.masked_fill(itself, -torch.inf), dim=1)
+                    loss = loss - (target * log_q.masked_fill(itself, 0.0)).sum(1).mean() / len(prefixes)
+                (grad,) = torch.autograd.grad(loss, basis)
+            with torch.no_grad():
+                velocity.mul_(settings.momentum).add_(grad)
+                basis.sub_(settings.lr * velocity)
+            losses.append(float(loss.detach()))
+        tail = max(1, len(losses) // 10)
+        report = {"prefixes": prefixes, "steps": settings.prefix_steps, "seconds": round(time.perf_counter() - started, 3),
+                  "loss_first": round(losses[0], 6), "loss_last": round(sum(losses[-tail:]) / tail, 6)}
+        return basis.detach().cpu(), report
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _codes(rows: torch.Tensor, mean: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
+    return torch.cat([(rows[i : i + 65536].float() - mean) @ directions.T for i in range(0, len(rows), 65536)])
+
+
+def block_spread_order(weight: torch.Tensor, covariance: torch.Tensor, prefixes: Sequence[int],
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Within each block between consecutive trained prefixes, rotate the rows (orthogonally, block by block) to
+    the principal axes of that block's codes: dimensions are ordered by spread inside every block, and every
+    trained prefix keeps its span and its cosine scores exactly. Returns (W, each dimension's relative std)."""
+    bounds = [0, *sorted({p for p in prefixes if 0 < p < len(weight)}), len(weight)]
+    w = weight.double()
+    blocks = []
+    for start, stop in itertools.pairwise(bounds):
+        block = w[start:stop]
+        variances, rotation = small_eigh(block @ covariance.double() @ block.T)
+        order = torch.argsort(variances, descending=True)
+        rotation = rotation[:, order]
+        pivot = rotation.abs().argmax(dim=0)
+        rotation = rotation * torch.sign(rotation[pivot, torch.arange(len(order))])[None, :]
+        blocks.append(rotation.T @ block)
+    out = torch.cat(blocks).to(weight.dtype)
+    spread = (out.double() @ covariance.double() * out.double()).sum(dim=1).clamp_min(0).sqrt()
+    return out, spread.float()
 
 
 def singular_value_threshold(weight: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
