@@ -297,6 +297,7 @@ def nest_prefixes(directions: torch.Tensor, mean: torch.Tensor, anchors: torch.T
         velocity = torch.zeros_like(basis)
         n_candidates = min(settings.prefix_candidates, len(zc))
         losses: list[float] = []
+        bar = tqdm(total=settings.prefix_steps, desc="cllr nesting", disable=None if settings.progress else True, leave=False)
         for _ in range(settings.prefix_steps):
             ai = torch.randperm(len(za), generator=generator)[: settings.batch_size].to(device)
             ci = torch.randperm(len(zc), generator=generator)[:n_candidates].to(device)
@@ -315,6 +316,8 @@ def nest_prefixes(directions: torch.Tensor, mean: torch.Tensor, anchors: torch.T
                 velocity.mul_(settings.momentum).add_(grad)
                 basis.sub_(settings.lr * velocity)
             losses.append(float(loss.detach()))
+            bar.update(1)
+        bar.close()
         tail = max(1, len(losses) // 10)
         report = {"prefixes": prefixes, "steps": settings.prefix_steps, "seconds": round(time.perf_counter() - started, 3),
                   "loss_first": round(losses[0], 6), "loss_last": round(sum(losses[-tail:]) / tail, 6)}
