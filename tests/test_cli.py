@@ -70,8 +70,13 @@ def test_compress_writes_query_codes_for_asymmetric_methods(corpus: Path, tmp_pa
         (["fit", "--method", "svd", "--input", "{corpus}", "-o", "{out}", "-p", "k"], "must look like NAME=VALUE"),
         (["fit", "--method", "svd", "--input", "{missing}", "-o", "{out}"], "no such file"),
         (["compress", "--model", "{corpus}", "--input", "{corpus}", "-o", "{out}"], "not a valid safetensors file"),
+        (["fit", "--method", "cllr", "--input", "{corpus}", "-o", "{out}", "--pair-queries", "{corpus}"],
+         "need both --pair-queries and --pair-documents"),
+        (["fit", "--method", "svd", "--input", "{corpus}", "-o", "{out}", "--pair-queries", "{corpus}",
+          "--pair-documents", "{corpus}"], "svd does not learn from pairs"),
     ],
-    ids=["unknown-method", "unknown-param", "malformed-param", "missing-input", "model-not-safetensors"],
+    ids=["unknown-method", "unknown-param", "malformed-param", "missing-input", "model-not-safetensors",
+         "half-a-pair", "pairs-for-a-method-without"],
 )
 def test_errors_are_one_line_with_exit_code_2(args: list[str], message: str, corpus: Path, tmp_path: Path) -> None:
     filled = [a.format(corpus=corpus, out=tmp_path / "out.safetensors", missing=tmp_path / "nope.npy") for a in args]
@@ -79,6 +84,24 @@ def test_errors_are_one_line_with_exit_code_2(args: list[str], message: str, cor
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
     assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_fit_learns_from_pairs_and_labels_files(corpus: Path, tmp_path: Path) -> None:
+    """``--pair-queries`` / ``--pair-documents`` and ``--labels`` reach ``fit``: the same model as the API's."""
+    x = np.load(corpus)
+    np.save(queries := tmp_path / "queries.npy", x[:40] + 0.1)
+    np.save(documents := tmp_path / "documents.npy", x[:40])
+    np.save(labels := tmp_path / "labels.npy", (x[:, 0] > 0).astype(np.int64))
+    small = ["-p", "rank=8", "-p", "steps=20", "-p", "progress=false"]
+    model = tmp_path / "cllr.safetensors"
+    result = runner.invoke(app, ["fit", "-m", "cllr", "-i", str(corpus), "-o", str(model), *small,
+                                 "--pair-queries", str(queries), "--pair-documents", str(documents), "--labels", str(labels)],
+                           env={"COLUMNS": "400"})  # the report's JSON on one line
+    assert result.exit_code == 0, result.output
+    assert '"supervision": "labels+pairs"' in result.output and '"held_out_pairs": 8' in result.output
+    direct = adaptemb.fit(x, "cllr", pairs=(x[:40] + 0.1, x[:40]), labels=(x[:, 0] > 0).astype(np.int64), rank=8,
+                          steps=20, progress=False)
+    np.testing.assert_allclose(adaptemb.load(model).encode(x, k=4).values, direct.encode(x, k=4).values, atol=1e-6)
 
 
 def test_compress_rejects_a_budget_the_model_cannot_honour(corpus: Path, tmp_path: Path) -> None:

@@ -60,11 +60,18 @@ def fit_command(
     param: ParamOption = None,
     key: KeyOption = None,
     stream: Annotated[bool, typer.Option("--stream", help="Read the file chunk by chunk instead of loading it (files larger "
-                                         "than memory; .npy, .parquet, .safetensors): learned methods train on every "
-                                         "row, the others on a uniform sample.")] = False,
+                                         "than memory; .npy, .parquet, .safetensors): methods that train by minibatches "
+                                         "read every row, the others fit a uniform sample.")] = False,
     engine: Annotated[str, typer.Option("--engine", help="With --stream: local (this process reads) or ray (Ray Data reads "
-                                        ".parquet / .npy; pip install 'adaptemb[ray]').")] = "local",
+                                        ".parquet / .npy; pip install 'adaptemb\\[ray]').")] = "local",
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="A Ray cluster for --engine ray; default: start Ray here.")] = None,
+    pair_queries: Annotated[Path | None, typer.Option(
+        "--pair-queries", help="Query embeddings of labelled (query, document) pairs, row i paired with row i of "
+        "--pair-documents (methods that learn from pairs, e.g. csr, cllr).")] = None,
+    pair_documents: Annotated[Path | None, typer.Option(
+        "--pair-documents", help="The document embeddings of those pairs, one row per query.")] = None,
+    labels: Annotated[Path | None, typer.Option(
+        "--labels", help="One integer class label per input row (.npy or .npz), for methods that learn from labels.")] = None,
 ) -> None:
     """Fit a compressor on an embedding file and save it as one safetensors file."""
     params = parse_params(param or [])
@@ -72,11 +79,12 @@ def fit_command(
         raise ValueError(f"unknown engine {engine!r}; use local or ray")
     if not stream and (engine != "local" or ray_address is not None):
         raise ValueError("--engine and --ray-address choose how a stream is read: add --stream")
+    supervision = _supervision(pair_queries, pair_documents, labels)
     if stream:
         source: Any = RowStream.through_ray(input_path, key=key, address=ray_address) if engine == "ray" else input_path
-        compressor = fit_compressor(source, method, key=None if engine == "ray" else key, **params)
+        compressor = fit_compressor(source, method, key=None if engine == "ray" else key, **supervision, **params)
     else:
-        compressor = fit_compressor(load_embeddings(input_path, key=key), method, **params)
+        compressor = fit_compressor(load_embeddings(input_path, key=key), method, **supervision, **params)
     compressor.save(output)
     budgets = compressor.budgets()
     console.print(
@@ -84,6 +92,19 @@ def fit_command(
     )
     if compressor.fit_report:
         print_report(compressor.fit_report)
+
+
+def _supervision(pair_queries: Path | None, pair_documents: Path | None, labels: Path | None) -> dict[str, Any]:
+    """The ``pairs`` / ``labels`` keyword arguments of ``fit`` read from the files the options name."""
+    if (pair_queries is None) != (pair_documents is None):
+        raise ValueError("pairs need both --pair-queries and --pair-documents (row i of one is paired with row i "
+                         "of the other)")
+    supervision: dict[str, Any] = {}
+    if pair_queries is not None and pair_documents is not None:
+        supervision["pairs"] = (load_embeddings(pair_queries), load_embeddings(pair_documents))
+    if labels is not None:
+        supervision["labels"] = load_embeddings(labels)
+    return supervision
 
 
 @app.command("compress")

@@ -28,7 +28,7 @@ def encode_command(
     key: KeyOption = None,
     shard_rows: Annotated[int, typer.Option("--shard-rows", help="Rows per output shard (the unit of resume).")] = 262_144,
     batch_rows: Annotated[int, typer.Option("--batch-rows", help="Rows encoded at a time (bounds memory).")] = 16_384,
-    engine: Annotated[str, typer.Option("--engine", help="local: this process; ray: Ray Data actors (pip install 'adaptemb[ray]').")] = "local",
+    engine: Annotated[str, typer.Option("--engine", help="local: this process; ray: Ray Data actors (pip install 'adaptemb\\[ray]').")] = "local",
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="A Ray cluster (e.g. ray://head:10001); default: start Ray here.")] = None,
 ) -> None:
     """Encode embedding files shard by shard with bounded memory; re-run the same command to resume."""
