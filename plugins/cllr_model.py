@@ -208,7 +208,7 @@ def _loop(objective: CLLRObjective, tensors: Sequence[torch.Tensor], settings: S
         bar = tqdm(total=settings.steps, desc="cllr", disable=None if settings.progress else True, leave=False)
         steps = settings.steps
         for step in range(settings.steps):
-            if best is not None and step % settings.eval_every == 0 and best.stale(objective, step, settings.patience):
+            if best is not None and step % settings.eval_every == 0 and best.observe(objective, step, settings.patience):
                 steps = step
                 break
             if rows - position < 2:
@@ -228,7 +228,7 @@ def _loop(objective: CLLRObjective, tensors: Sequence[torch.Tensor], settings: S
     val_loss = None
     if best is not None:
         if steps == settings.steps:
-            best.stale(objective, steps, settings.patience)  # the last L is a candidate too
+            best.observe(objective, steps, settings.patience)  # the last L is a candidate too
         val_loss = best.restore(objective)
     objective.cpu().eval()
     report = FitReport(device=str(device), seconds=time.perf_counter() - started, epochs=epochs, steps=steps,
@@ -245,18 +245,18 @@ class _Best:
     def __init__(self, objective: CLLRObjective, validation: Validation) -> None:
         self.validation, self.loss, self.step = validation, math.inf, 0
         self.weight, self.kept_rank, self.omega = objective.weight.detach().clone(), objective.kept_rank, objective.omega
-        self.measured = 0  # measurements since the last improvement
+        self.since_best = 0  # measurements since the last improvement
 
-    def stale(self, objective: CLLRObjective, step: int, patience: int) -> bool:
+    def observe(self, objective: CLLRObjective, step: int, patience: int) -> bool:
         """Measure L at ``step``; True once ``patience`` measurements in a row did not improve on the best."""
         loss = self.validation.loss(objective)
         if loss < self.loss:
-            self.loss, self.step, self.measured = loss, step, 0
+            self.loss, self.step, self.since_best = loss, step, 0
             self.weight = objective.weight.detach().clone()
             self.kept_rank, self.omega = objective.kept_rank, objective.omega
         else:
-            self.measured += 1
-        return self.measured >= patience
+            self.since_best += 1
+        return self.since_best >= patience
 
     def restore(self, objective: CLLRObjective) -> float:
         with torch.no_grad():
