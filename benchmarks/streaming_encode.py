@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -90,6 +91,30 @@ def tree_rss(root: int, field: str = "Rss") -> int:
     return total
 
 
+def source_file(work: Path, base: np.ndarray, rows: int) -> Path:
+    """``<work>/rows-<rows>.parquet``, written from ``base`` (and its noise-perturbed copies) when missing."""
+    source = work / f"rows-{rows}.parquet"
+    if not source.exists():
+        started = time.perf_counter()
+        write_parquet(source, base, rows)
+        print(f"wrote {source} ({source.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - started:.0f} s", flush=True)
+    return source
+
+
+def run_sampled(command: list[str], **popen: Any) -> tuple[float, int, int]:
+    """Run ``command`` as a child process; (wall seconds, peak RSS, peak PSS of its whole process tree), the
+    tree sampled every 0.2 s. Exits with the child's failure."""
+    started = time.perf_counter()
+    child = subprocess.Popen(command, **popen)
+    peak_rss = peak_pss = 0
+    while child.poll() is None:
+        peak_rss, peak_pss = max(peak_rss, tree_rss(child.pid)), max(peak_pss, tree_rss(child.pid, "Pss"))
+        time.sleep(0.2)
+    if child.returncode:
+        raise SystemExit(f"{' '.join(command[1:4])} failed with exit code {child.returncode}")
+    return time.perf_counter() - started, peak_rss, peak_pss
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -103,11 +128,7 @@ def main() -> None:
 
     args.work.mkdir(parents=True, exist_ok=True)
     base = definitions_768()
-    source = args.work / f"rows-{args.rows}.parquet"
-    if not source.exists():
-        started = time.perf_counter()
-        write_parquet(source, base, args.rows)
-        print(f"wrote {source} ({source.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - started:.0f} s", flush=True)
+    source = source_file(args.work, base, args.rows)
     model = args.work / f"{args.method}.safetensors"
     if not model.exists():  # one model per work folder: both engines' shards can then be compared file by file
         fit_rows = base[np.random.default_rng(0).choice(len(base), 5_000, replace=False)]
@@ -116,17 +137,9 @@ def main() -> None:
     shutil.rmtree(out, ignore_errors=True)
 
     load_before = os.getloadavg()
-    started = time.perf_counter()
     command = [sys.executable, "-m", "adaptemb", "encode", "-i", str(source), "--compressor", str(model),
                "-o", str(out), "--k", str(args.k), "--engine", args.engine]
-    child = subprocess.Popen(command)
-    peak_tree = peak_tree_pss = 0
-    while child.poll() is None:
-        peak_tree, peak_tree_pss = max(peak_tree, tree_rss(child.pid)), max(peak_tree_pss, tree_rss(child.pid, "Pss"))
-        time.sleep(0.2)
-    if child.returncode:
-        raise SystemExit(f"adaptemb encode failed with exit code {child.returncode}")
-    seconds = time.perf_counter() - started
+    seconds, peak_tree, peak_tree_pss = run_sampled(command)
     peak_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
 
     compressor = adaptemb.load(model)

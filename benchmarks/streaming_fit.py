@@ -21,7 +21,6 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from records import append_record
 from standin768 import definitions_768, wordnet_examples_768
-from streaming_encode import tree_rss, write_parquet
+from streaming_encode import run_sampled, source_file
 
 import adaptemb
 from adaptemb.evaluate.machine import machine_info
@@ -56,23 +55,13 @@ def main() -> None:
 
     args.work.mkdir(parents=True, exist_ok=True)
     base = definitions_768()
-    source = args.work / f"rows-{args.rows}.parquet"
-    if not source.exists():
-        write_parquet(source, base, args.rows)
+    source = source_file(args.work, base, args.rows)
     model = args.work / f"{args.method}-stream-fit.safetensors"
     params = [item for p in args.param for item in ("-p", p)]
     command = [sys.executable, "-m", "adaptemb", "fit", "-m", args.method, "-i", str(source), "-o", str(model),
                "--stream", "--engine", args.engine, *params]
     load_before = os.getloadavg()
-    started = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    peak_rss = peak_pss = 0
-    while child.poll() is None:
-        peak_rss, peak_pss = max(peak_rss, tree_rss(child.pid)), max(peak_pss, tree_rss(child.pid, "Pss"))
-        time.sleep(0.2)
-    if child.returncode:
-        raise SystemExit(f"adaptemb fit failed with exit code {child.returncode}")
-    seconds = time.perf_counter() - started
+    seconds, peak_rss, peak_pss = run_sampled(command, stdout=subprocess.DEVNULL)
     load_after = os.getloadavg()
 
     streamed = adaptemb.load(model)
