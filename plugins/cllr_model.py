@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -196,8 +197,8 @@ def _loop(objective: CLLRObjective, tensors: Sequence[torch.Tensor], settings: S
           device: torch.device, validation: Validation | None) -> FitReport:
     started = time.perf_counter()
     rows = len(tensors[0])
-    last: dict[str, float] = {}
-    epochs, tail = 0, max(1, settings.steps // 10)
+    epochs = 0
+    recent: deque[dict[str, float]] = deque(maxlen=max(1, settings.steps // 10))  # the report's training losses
     best = _Best(objective, validation) if validation is not None else None
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(settings.seed)
@@ -218,9 +219,7 @@ def _loop(objective: CLLRObjective, tensors: Sequence[torch.Tensor], settings: S
             parts, grad = objective.loss_and_gradient([t[idx].to(device, non_blocking=True) for t in tensors])
             velocity.mul_(settings.momentum).add_(grad)
             objective.step(velocity)
-            if step >= settings.steps - tail:
-                for name, value in parts.items():
-                    last[name] = last.get(name, 0.0) + value / tail
+            recent.append(parts)
             bar.update(1)
             if step % 10 == 0:
                 bar.set_postfix(loss=f"{parts['loss']:.4f}", rank=objective.kept_rank)
@@ -232,11 +231,17 @@ def _loop(objective: CLLRObjective, tensors: Sequence[torch.Tensor], settings: S
         val_loss = best.restore(objective)
     objective.cpu().eval()
     report = FitReport(device=str(device), seconds=time.perf_counter() - started, epochs=epochs, steps=steps,
-                       stopped_early=steps < settings.steps, train_losses=last, val_loss=val_loss, precision="float32",
+                       stopped_early=steps < settings.steps, train_losses=_mean_parts(recent), val_loss=val_loss,
+                       precision="float32",
                        threads=torch.get_num_threads())
     if best is not None:
         report.extra["best_step"] = best.step
     return report
+
+
+def _mean_parts(parts: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Each loss component averaged over the steps given (the last tenth of the steps run)."""
+    return {name: sum(p[name] for p in parts) / len(parts) for name in parts[0]} if parts else {}
 
 
 class _Best:

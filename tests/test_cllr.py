@@ -177,6 +177,7 @@ def test_early_stopping_keeps_the_l_whose_held_out_pairs_rank_best() -> None:
     assert report["stopped_early"] and report["steps"] < 300 and report["steps"] % 2 == 0
     assert report["extra"]["best_step"] == report["steps"] - 10 * 2 > 0  # 10 measurements without improvement
     assert np.isfinite(report["val_loss"])
+    assert set(report["train_losses"]) == {"loss", "nce", "recon", "omega"}  # the last steps run, stopped or not
     # the kept L is the best one: a fit that just runs to the best step gives the same projection
     again = adaptemb.fit(docs, "cllr", pairs=pairs, **{**fast, "steps": report["extra"]["best_step"], "patience": 1000})
     np.testing.assert_allclose(again.projection.numpy(), stopped.projection.numpy(), atol=1e-5)
