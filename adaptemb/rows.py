@@ -1,146 +1,24 @@
 """Rows of embeddings read from files or Python batches without holding them all: what streaming encode
-reads (``RowSource``, ``row_batches``) and what ``Compressor.fit`` trains on when given files or batches
-instead of an array (``RowStream``)."""
+reads (``row_batches`` over :class:`adaptemb.io.RowSource` readers) and what ``Compressor.fit`` trains on
+when given files or batches instead of an array (``RowStream``)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from adaptemb.data import list_column_rows, pick_name, vector_columns
-from adaptemb.errors import CorruptFileError
+from adaptemb.io import RowSource, list_column_rows, open_rows, pick_name, vector_columns
 from adaptemb.serialization import existing_file
 from adaptemb.validation import as_matrix
 
-STREAM_SUFFIXES = (".npy", ".parquet", ".safetensors")
-_PARQUET_BATCH = 8_192  # rows per decoded parquet batch
 CHUNK_ROWS = 16_384
 """Rows a stream reads at a time (and the unit its shuffled passes permute)."""
 SHUFFLE_BYTES = 128 * 2**20
 """Float32 bytes of rows a shuffled pass mixes at once (at least two batches): 43,690 rows at d = 768."""
-
-
-class RowSource:
-    """One input file read as ``rows(start, stop)`` without loading the rest of it."""
-
-    def __init__(self, path: str | Path, key: str | None = None) -> None:
-        self.path = existing_file(path)
-        suffix = self.path.suffix.lower()
-        if suffix not in STREAM_SUFFIXES:
-            raise ValueError(f"cannot stream {self.path.name}: supported file types are {', '.join(STREAM_SUFFIXES)}")
-        if suffix == ".npy" and key is not None:
-            raise ValueError(f"{self.path.name} holds a single array; do not pass a key")
-        try:
-            self._open(suffix, key)
-        except (OSError, ValueError, KeyError) as err:
-            if isinstance(err, (FileNotFoundError, KeyError)):
-                raise
-            raise CorruptFileError(f"could not read {self.path}: {err}") from None
-
-    def _open(self, suffix: str, key: str | None) -> None:
-        if suffix == ".npy":
-            self._open_npy()
-        elif suffix == ".safetensors":
-            self._open_safetensors(key)
-        else:
-            self._open_parquet(key)
-
-    def _open_npy(self) -> None:
-        """Plain reads at the rows' offset (a memory map would keep every page read resident)."""
-        with open(self.path, "rb") as handle:
-            version = np.lib.format.read_magic(handle)
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, fortran, dtype = read_header(handle)
-            offset = handle.tell()
-        if fortran or dtype.hasobject:
-            raise ValueError("only C-ordered numeric .npy arrays stream (save with np.save of a C-contiguous array)")
-        self.shape = tuple(shape)
-        row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
-
-        def read(start: int, stop: int) -> np.ndarray:
-            count = max(stop - start, 0) * row_bytes // dtype.itemsize
-            rows = np.fromfile(self.path, dtype=dtype, count=count, offset=offset + start * row_bytes)
-            return rows.reshape(-1, *shape[1:])
-
-        self._read = read
-
-    def _open_safetensors(self, key: str | None) -> None:
-        from safetensors import safe_open
-
-        with safe_open(str(self.path), framework="numpy") as handle:
-            names = list(handle.keys())
-            name = pick_name(self.path, names, key, "tensor")
-            self.shape = tuple(handle.get_slice(name).get_shape())
-
-        def read(start: int, stop: int) -> np.ndarray:
-            with safe_open(str(self.path), framework="numpy") as handle:
-                return np.asarray(handle.get_slice(name)[start:stop])
-
-        self._read = read
-
-    def _open_parquet(self, key: str | None) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        parquet = pq.ParquetFile(self.path, buffer_size=1 << 22, pre_buffer=False)  # stream pages, not whole chunks
-        schema = parquet.schema_arrow
-        column = pick_name(self.path, vector_columns(schema), key, "vector column")
-        sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
-        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        first = next(parquet.iter_batches(batch_size=1, columns=[column]), None)
-        width = 0 if first is None else len(first.column(0)[0])
-        self.shape = (int(starts[-1]), width)
-
-        def pieces(start: int, stop: int) -> Iterator[np.ndarray]:
-            """Rows start:stop in decoded batches, each row group read once."""
-            groups = [i for i in range(len(sizes)) if starts[i] < stop and starts[i + 1] > start]
-            row = int(starts[groups[0]]) if groups else start
-            for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH, row_groups=groups, columns=[column]):
-                lo, hi = max(start - row, 0), min(stop - row, batch.num_rows)
-                if hi > lo:
-                    yield list_column_rows(batch.column(0).slice(lo, hi - lo), self.path)
-                row += batch.num_rows
-                if row >= stop:
-                    break
-            pa.default_memory_pool().release_unused()  # give the decoded pages back
-
-        self._pieces = pieces
-        self._read = lambda start, stop: _joined(list(pieces(start, stop)), width)
-
-    def __len__(self) -> int:
-        return int(self.shape[0])
-
-    def rows(self, start: int, stop: int) -> np.ndarray:
-        """Rows ``start:stop`` as an in-memory array."""
-        return self._read(start, stop)
-
-    def batches(self, start: int, stop: int, batch_rows: int) -> Iterator[np.ndarray]:
-        """Rows ``start:stop`` in order, ``batch_rows`` at a time, reading the file once."""
-        pieces = getattr(self, "_pieces", None)
-        if pieces is None:
-            for first in range(start, stop, batch_rows):
-                yield self.rows(first, min(first + batch_rows, stop))
-            return
-        pending: list[np.ndarray] = []
-        count = 0
-        for piece in pieces(start, stop):
-            pending.append(piece)
-            count += len(piece)
-            while count >= batch_rows:
-                joined = np.concatenate(pending)
-                yield joined[:batch_rows]
-                pending, count = [joined[batch_rows:]], count - batch_rows
-        if count:
-            yield np.concatenate(pending)
-
-
-def _joined(parts: list[np.ndarray], width: int) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.empty((0, width), dtype=np.float32)
 
 
 def row_batches(sources: list[RowSource], start: int, stop: int, batch_rows: int) -> Iterator[np.ndarray]:
@@ -160,8 +38,8 @@ class RowStream:
     """Embeddings read pass by pass, never all at once: what ``Compressor.fit`` trains on when it is given
     files or batches instead of an array.
 
-    Build one with ``RowStream.of(x)``: a path or a list of paths (``.npy``, ``.parquet``, ``.safetensors``;
-    rows laid end to end), a re-iterable of 2-D arrays (a list of batches, an object whose ``__iter__`` starts
+    Build one with ``RowStream.of(x)``: a path or a list of paths (any file ``adaptemb.io.open_rows`` reads:
+    ``.npy``, ``.npz``, ``.safetensors``, ``.parquet``, ``.fvecs`` ...; rows laid end to end), a re-iterable of 2-D arrays (a list of batches, an object whose ``__iter__`` starts
     over), or a callable returning a fresh iterator of 2-D arrays. A one-shot iterator (a generator) is
     refused: fitting reads the rows more than once (a sample, then one pass per epoch). Every chunk is
     validated like an array given to ``fit`` (finite floats, one width, and no all-zero rows for methods
@@ -196,7 +74,7 @@ class RowStream:
             return None
         if isinstance(x, (list, tuple)):
             if x and all(isinstance(item, (str, os.PathLike)) for item in x):
-                files = [RowSource(path, key) for path in x]
+                files = [open_rows(path, key) for path in x]
                 name = files[0].path.name if len(files) == 1 else f"{len(files)} files"
                 return cls(name, files=files, nonzero_rows=nonzero_rows)
             if not x or not all(isinstance(item, (np.ndarray, torch.Tensor)) and item.ndim == 2 for item in x):

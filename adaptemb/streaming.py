@@ -1,11 +1,12 @@
 """Encoding files larger than memory: read rows batch by batch, write codes shard by shard, resume.
 
-``encode_files(inputs, compressor, out)`` reads ``.npy`` (memory-mapped), ``.parquet`` (row group by row
-group, batch by batch) and ``.safetensors`` (sliced) files, encodes ``batch_rows`` rows at a time and
-writes one parquet file per ``shard_rows`` rows, atomically, plus ``manifest.json``. Memory stays at a
-few batches whatever the input size. Re-running the same job skips the shards already written (checked
-against the manifest of the job: inputs, compressor, budget, side), so a killed job resumes where it
-stopped and gives identical output.
+``encode_files(inputs, compressor, out)`` reads any file ``adaptemb.io.open_rows`` reads (``.npy``,
+``.safetensors`` and ``*vecs`` at the rows' offset, ``.parquet`` row group by row group, batch by batch,
+``.npz``), encodes ``batch_rows`` rows at a time and writes one parquet file per ``shard_rows`` rows,
+atomically, plus ``manifest.json``. Memory stays at a few batches whatever the input size (a compressed
+``.npz`` member is the exception: it is decompressed whole). Re-running the same job skips the shards
+already written (checked against the manifest of the job: inputs, compressor, budget, side), so a killed
+job resumes where it stopped and gives identical output.
 
 Shard layout (one parquet file per shard): ``id`` (int64 row number across all inputs) and one column
 per per-row array of the codes (``Codes.to_arrays()``): (n, m) arrays as fixed-size lists (uint8 arrays,
@@ -31,8 +32,9 @@ from adaptemb.api import load
 from adaptemb.codes import Codes
 from adaptemb.compressor import Compressor
 from adaptemb.errors import CorruptFileError
+from adaptemb.io import RowSource, open_rows
 from adaptemb.progress import progress_bar
-from adaptemb.rows import RowSource, row_batches, start_ray
+from adaptemb.rows import row_batches, start_ray
 from adaptemb.serialization import atomic_write, existing_file
 from adaptemb.threads import set_threads
 
@@ -120,7 +122,7 @@ def encode_files(
     paths = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
     if not paths:
         raise ValueError("no input files given")
-    sources = [RowSource(p, key) for p in paths]
+    sources = [open_rows(p, key) for p in paths]
     _check_widths(sources, model)
     job = _plan(sources, model, k, side, shard_rows)
     target = Path(out)
@@ -222,7 +224,7 @@ class _ShardEncoder:
     def __init__(self, model: Compressor, paths: list[str], key: str | None, k: int | None, side: str,
                  batch_rows: int, target: str) -> None:
         set_threads(1)  # one core per actor: Ray schedules one actor per CPU
-        self.model, self.sources = model, [RowSource(p, key) for p in paths]
+        self.model, self.sources = model, [open_rows(p, key) for p in paths]
         self.k, self.side, self.batch_rows, self.target = k, side, batch_rows, Path(target)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -45,7 +45,7 @@ from standin768 import definitions_768
 import adaptemb
 from adaptemb.evaluate.machine import machine_info
 from adaptemb.evaluate.scale import scaled_corpus
-from adaptemb.rows import RowSource
+from adaptemb.io import open_rows
 
 ROW_GROUP = 65_536
 
@@ -144,7 +144,7 @@ def main() -> None:
 
     compressor = adaptemb.load(model)
     codes = adaptemb.read_code_shards(out)
-    reader = RowSource(source)
+    reader = open_rows(source)
     identical = True
     for start in (0, max(args.rows - args.check_rows, 0)):
         stop = min(start + args.check_rows, args.rows)

@@ -106,6 +106,18 @@ def test_layers_point_one_way() -> None:
         assert not _imported(module, modules[module], modules) & forbidden, module
 
 
+def test_file_readers_sit_at_the_bottom() -> None:
+    """``adaptemb.io`` (one reader per file format) is used by data, rows, streaming and datasets, and imports
+    nothing of adaptemb but its errors."""
+    modules = _modules(ROOT / "adaptemb", "adaptemb")
+    readers = {name for name in modules if name == "adaptemb.io" or name.startswith("adaptemb.io.")}
+    assert {"adaptemb.io.readers", "adaptemb.io.safetensors"} <= readers
+    for module in readers:
+        assert _imported(module, modules[module], modules) <= readers | {"adaptemb.errors"}, module
+    for user in ("adaptemb.data", "adaptemb.rows", "adaptemb.streaming", "adaptemb.datasets.formats"):
+        assert "adaptemb.io" in _imported(user, modules[user], modules), user
+
+
 def test_plugins_import_only_the_public_api() -> None:
     """A plugin writes ``from adaptemb import X``, never ``from adaptemb.<module> import X``."""
     for path in (ROOT / "plugins").glob("*.py"):

@@ -118,7 +118,7 @@ def test_another_job_in_the_same_folder_is_refused(rows: np.ndarray, inputs: dic
     ("setup", "error", "message"),
     [
         (lambda tmp: np.save(tmp / "in.npy", np.ones((5, 7), np.float32)), ValueError, "fitted on dimension 24"),
-        (lambda tmp: (tmp / "in.csv").write_text("1,2\n"), ValueError, "supported file types are .npy, .parquet"),
+        (lambda tmp: (tmp / "in.csv").write_text("1,2\n"), ValueError, "supported file types are .npy, .npz, .safetensors, .parquet, .fvecs"),
         (lambda tmp: (tmp / "in.npy").write_bytes(b"not numpy"), CorruptFileError, "could not read"),
         (lambda tmp: np.save(tmp / "in.npy", np.ones((5, 24), np.int64)), TypeError, "floating dtype"),
     ],

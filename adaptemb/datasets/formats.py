@@ -18,17 +18,17 @@ name               shape      meaning
 ``query_labels``   (q,)       integer class of each query (optional)
 =================  =========  ===================================================================
 
-A folder holds ``corpus.npy|.parquet|.safetensors``, ``queries.npy|.parquet|.safetensors``, and
+A folder holds ``corpus.npy|.parquet|.safetensors|.fvecs``, ``queries`` likewise, and
 ``gold.npy`` or ``qrels.tsv`` (BEIR: a header line, then ``query-id<TAB>corpus-id<TAB>score``),
 plus any other name above as ``NAME.npy`` (ids also as ``NAME.txt``, one per line, or an
-``id``/``_id`` column of the parquet file). Embeddings are returned as float32.
+``id``/``_id`` column of the parquet file). Embeddings are returned as float32. Every file is read by
+:mod:`adaptemb.io` (bfloat16 safetensors included), the readers ``load_embeddings`` and streaming use.
 """
 
 from __future__ import annotations
 
 import json
 import warnings
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ import scipy.sparse as sp
 from adaptemb.data import load_embeddings
 from adaptemb.datasets.base import Dataset
 from adaptemb.errors import CorruptFileError
+from adaptemb.io import SINGLE_ARRAY_SUFFIXES, open_rows, read_arrays
 from adaptemb.ranking import exact_top_k
 from adaptemb.serialization import atomic_write
 
@@ -49,7 +50,9 @@ QRELS_NAMES = ("qrels_query", "qrels_corpus", "qrels_grade")
 ID_NAMES = ("query_ids", "corpus_ids")
 LABEL_NAMES = ("labels", "query_labels")
 ARRAY_NAMES = (*EMBEDDING_NAMES, "gold", *QRELS_NAMES, "qrels", *ID_NAMES, *LABEL_NAMES)
-FILE_SUFFIXES = (".npz", ".safetensors", ".npy", ".parquet")
+FILE_SUFFIXES = (".npz", ".safetensors", ".npy", ".parquet", ".fvecs", ".bvecs", ".ivecs")
+EMBEDDING_SUFFIXES = (".npy", ".parquet", ".safetensors", ".fvecs", ".bvecs", ".ivecs")
+"""Suffixes of a folder's ``corpus`` / ``queries`` file."""
 HOLDOUT_MAX_QUERIES = 1000
 HOLDOUT_FRACTION = 0.1
 HOLDOUT_NEIGHBOURS = 10
@@ -131,7 +134,7 @@ def read_file(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         return _read_npz(path)
     if suffix == ".safetensors":
         return _read_safetensors(path)
-    if suffix in (".npy", ".parquet"):
+    if suffix in (*SINGLE_ARRAY_SUFFIXES, ".parquet"):
         return {"corpus": load_embeddings(path)}, {}
     raise ValueError(
         f"cannot read {path.name}: a dataset file is one of {', '.join(FILE_SUFFIXES)}, or a folder"
@@ -142,7 +145,7 @@ def read_folder(folder: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The named arrays of a format (b) folder (see the module docstring for the file names)."""
     arrays: dict[str, np.ndarray] = {}
     for part in EMBEDDING_NAMES:
-        found = [folder / f"{part}{suffix}" for suffix in (".npy", ".parquet", ".safetensors")]
+        found = [folder / f"{part}{suffix}" for suffix in EMBEDDING_SUFFIXES]
         found = [file for file in found if file.is_file()]
         if len(found) > 1:
             raise ValueError(
@@ -154,7 +157,7 @@ def read_folder(folder: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
                 arrays.update(_parquet_ids(found[0], part))
     for part in ("gold", *QRELS_NAMES, "qrels", *ID_NAMES, *LABEL_NAMES):
         if (folder / f"{part}.npy").is_file():
-            arrays[part] = np.load(folder / f"{part}.npy", allow_pickle=False)
+            arrays[part] = open_rows(folder / f"{part}.npy").read_all()
     for part in ID_NAMES:
         if (folder / f"{part}.txt").is_file():
             arrays[part] = np.array((folder / f"{part}.txt").read_text(encoding="utf-8").splitlines())
@@ -162,7 +165,8 @@ def read_folder(folder: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         arrays.update(read_qrels_tsv(folder / "qrels.tsv"))
     if "corpus" not in arrays:
         raise ValueError(
-            f"{folder} holds no corpus.npy, corpus.parquet or corpus.safetensors; a dataset folder needs one"
+            f"{folder} holds no corpus.npy, corpus.parquet, corpus.safetensors or corpus.fvecs; a dataset folder "
+            "needs one"
         )
     return arrays, {}
 
@@ -449,32 +453,13 @@ def _parquet_ids(path: Path, part: str) -> dict[str, np.ndarray]:
 
 
 def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    if not zipfile.is_zipfile(path):
-        raise CorruptFileError(f"{path} is not a readable .npz file (not a zip archive)")
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in archive.files}
-    except ValueError as err:
-        raise CorruptFileError(
-            f"{path} holds object arrays, which adaptemb never loads (no pickle): {err}"
-        ) from None
-    except Exception as err:  # noqa: BLE001 - zip, OS and format errors all mean the same to the user
-        raise CorruptFileError(f"{path} is not a readable .npz file: {err}") from None
+    arrays, _ = read_arrays(path)
     header = _parse_header(str(arrays.pop(HEADER_KEY))) if HEADER_KEY in arrays else {}
     return arrays, header
 
 
 def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    import torch
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as handle:
-            metadata = dict(handle.metadata() or {})
-            tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 - not a dict
-    except Exception as err:  # noqa: BLE001
-        raise CorruptFileError(f"{path} is not a valid safetensors file: {err}") from None
-    arrays = {key: (t.float() if t.dtype == torch.bfloat16 else t).numpy() for key, t in tensors.items()}
+    arrays, metadata = read_arrays(path)
     return arrays, _parse_header(metadata[HEADER_KEY]) if HEADER_KEY in metadata else {}
 
 
