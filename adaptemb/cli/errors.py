@@ -8,7 +8,6 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import click
 import typer
 
 from adaptemb.errors import AdaptembError
@@ -16,7 +15,8 @@ from adaptemb.errors import AdaptembError
 _F = TypeVar("_F", bound=Callable[..., Any])
 USER_ERRORS = (AdaptembError, ValueError, TypeError, KeyError, OSError, ModuleNotFoundError)
 """Errors that describe the user's input or machine (bad value, missing file, full disk, no permission)."""
-_CLI_CONTROL = (click.exceptions.Exit, click.exceptions.Abort, click.ClickException)
+_CLI_CONTROL = (typer.Exit, typer.Abort, typer.TyperException)
+"""typer's own control flow (an exit, Ctrl-C, a usage error): passed on for typer to handle."""
 
 _debug = False
 
