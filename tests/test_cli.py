@@ -1,13 +1,17 @@
-"""The command line: plugins, fit, compress, export, info, and one-line errors with exit code 2."""
+"""The command line: plugins, fit, compress, export-onnx, info, one option vocabulary with deprecated spellings, and
+one-line errors with exit code 2."""
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+import typer
 from typer.testing import CliRunner
 
 import adaptemb
 from adaptemb.cli import app  # importing the package registers every command
+from adaptemb.cli.errors import friendly_errors
 
 runner = CliRunner()
 
@@ -32,7 +36,7 @@ def test_fit_then_compress_writes_loadable_codes(corpus: Path, tmp_path: Path) -
     fitted = runner.invoke(app, ["fit", "--method", "svd", "--input", str(corpus), "-o", str(model), "-p", "k=12"])
     assert fitted.exit_code == 0, fitted.output
     assert "budgets k=1..12" in fitted.output
-    compressed = runner.invoke(app, ["compress", "--model", str(model), "--input", str(corpus), "-o", str(codes_path), "-k", "5"])
+    compressed = runner.invoke(app, ["compress", "--compressor", str(model), "--input", str(corpus), "-o", str(codes_path), "-k", "5"])
     assert compressed.exit_code == 0, compressed.output
     codes = adaptemb.load_codes(codes_path)
     expected = adaptemb.load(model).encode(np.load(corpus), k=5)
@@ -49,7 +53,7 @@ def test_compress_writes_query_codes_for_asymmetric_methods(corpus: Path, tmp_pa
                                  "-p", "hidden=64", "-p", "k=4", "-p", "epochs=1", "-p", "progress=false"])
     assert fitted.exit_code == 0, fitted.output
     for side, path in (("doc", docs_path), ("query", queries_path)):
-        result = runner.invoke(app, ["compress", "--model", str(model), "--input", str(corpus), "-o", str(path),
+        result = runner.invoke(app, ["compress", "-c", str(model), "--input", str(corpus), "-o", str(path),
                                      "--side", side])
         assert result.exit_code == 0 and f"{side} codes" in result.output, result.output
     docs, queries = adaptemb.load_codes(docs_path), adaptemb.load_codes(queries_path)
@@ -58,7 +62,7 @@ def test_compress_writes_query_codes_for_asymmetric_methods(corpus: Path, tmp_pa
     np.testing.assert_array_equal(queries.to_dense(), compressor.encode_queries(np.load(corpus)).to_dense())
     _, ids = compressor.index(docs).search(queries, 3)  # the saved query codes search the saved documents
     assert ids.shape == (len(docs), 3)
-    bad = runner.invoke(app, ["compress", "--model", str(model), "--input", str(corpus), "-o", str(path), "--side", "both"])
+    bad = runner.invoke(app, ["compress", "-c", str(model), "--input", str(corpus), "-o", str(path), "--side", "both"])
     assert bad.exit_code == 2 and "both" in bad.output
 
 
@@ -69,13 +73,17 @@ def test_compress_writes_query_codes_for_asymmetric_methods(corpus: Path, tmp_pa
         (["fit", "--method", "svd", "--input", "{corpus}", "-o", "{out}", "-p", "kk=3"], "unknown parameter 'kk'"),
         (["fit", "--method", "svd", "--input", "{corpus}", "-o", "{out}", "-p", "k"], "must look like NAME=VALUE"),
         (["fit", "--method", "svd", "--input", "{missing}", "-o", "{out}"], "no such file"),
-        (["compress", "--model", "{corpus}", "--input", "{corpus}", "-o", "{out}"], "not a valid safetensors file"),
+        (["compress", "-c", "{corpus}", "--input", "{corpus}", "-o", "{out}"], "not a valid safetensors file"),
+        (["compress", "--input", "{corpus}", "-o", "{out}"], "missing option --compressor/-c"),
+        (["compress", "-c", "{corpus}", "--model", "{corpus}", "--input", "{corpus}", "-o", "{out}"],
+         "--model is the deprecated spelling of --compressor/-c: give only --compressor/-c"),
         (["fit", "--method", "cllr", "--input", "{corpus}", "-o", "{out}", "--pair-queries", "{corpus}"],
          "need both --pair-queries and --pair-documents"),
         (["fit", "--method", "svd", "--input", "{corpus}", "-o", "{out}", "--pair-queries", "{corpus}",
           "--pair-documents", "{corpus}"], "svd does not learn from pairs"),
     ],
     ids=["unknown-method", "unknown-param", "malformed-param", "missing-input", "model-not-safetensors",
+         "no-compressor", "old-and-new-spelling",
          "half-a-pair", "pairs-for-a-method-without"],
 )
 def test_errors_are_one_line_with_exit_code_2(args: list[str], message: str, corpus: Path, tmp_path: Path) -> None:
@@ -96,9 +104,9 @@ def test_fit_learns_from_pairs_and_labels_files(corpus: Path, tmp_path: Path) ->
     model = tmp_path / "cllr.safetensors"
     result = runner.invoke(app, ["fit", "-m", "cllr", "-i", str(corpus), "-o", str(model), *small,
                                  "--pair-queries", str(queries), "--pair-documents", str(documents), "--labels", str(labels)],
-                           env={"COLUMNS": "400"})  # the report's JSON on one line
+                           env={"COLUMNS": "100"})
     assert result.exit_code == 0, result.output
-    assert '"supervision": "labels+pairs"' in result.output and '"held_out_pairs": 8' in result.output
+    assert "supervision" in result.output and "labels+pairs" in result.output and "held_out_pairs" in result.output
     direct = adaptemb.fit(x, "cllr", pairs=(x[:40] + 0.1, x[:40]), labels=(x[:, 0] > 0).astype(np.int64), rank=8,
                           steps=20, progress=False)
     np.testing.assert_allclose(adaptemb.load(model).encode(x, k=4).values, direct.encode(x, k=4).values, atol=1e-6)
@@ -107,18 +115,18 @@ def test_fit_learns_from_pairs_and_labels_files(corpus: Path, tmp_path: Path) ->
 def test_compress_rejects_a_budget_the_model_cannot_honour(corpus: Path, tmp_path: Path) -> None:
     model = tmp_path / "int8.safetensors"
     assert runner.invoke(app, ["fit", "--method", "int8", "--input", str(corpus), "-o", str(model)]).exit_code == 0
-    result = runner.invoke(app, ["compress", "--model", str(model), "--input", str(corpus), "-o", str(tmp_path / "c.npz"), "-k", "8"])
+    result = runner.invoke(app, ["compress", "-c", str(model), "--input", str(corpus), "-o", str(tmp_path / "c.npz"), "-k", "8"])
     assert result.exit_code == 2 and "int8 has no budget" in result.output
     assert not (tmp_path / "c.npz").exists()
 
 
 @pytest.mark.slow
-def test_export_writes_an_onnx_encoder_that_matches(corpus: Path, tmp_path: Path) -> None:
+def test_export_onnx_writes_an_onnx_encoder_that_matches(corpus: Path, tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
     model, onnx_path = tmp_path / "svd.safetensors", tmp_path / "svd.onnx"
     assert runner.invoke(app, ["fit", "--method", "svd", "--input", str(corpus), "-o", str(model)]).exit_code == 0
-    result = runner.invoke(app, ["export", "--model", str(model), "-o", str(onnx_path), "-k", "6", "--sample", str(corpus)])
+    result = runner.invoke(app, ["export-onnx", "-c", str(model), "-o", str(onnx_path), "-k", "6", "--sample", str(corpus)])
     assert result.exit_code == 0, result.output
     assert "onnxruntime parity on 100 rows" in result.output
     import onnxruntime
@@ -136,3 +144,69 @@ def test_info_lists_only_the_valid_budgets(tmp_path: Path) -> None:
     runner = CliRunner()
     assert "budgets: k=4, 6, 8 (default 8)" in runner.invoke(app, ["info", str(tmp_path / "sq.safetensors")]).output
     assert "budgets: k=4 (this fit only" in runner.invoke(app, ["info", str(tmp_path / "pq.safetensors")]).output
+
+
+def test_old_spellings_still_work_with_a_deprecation_note(corpus: Path, tmp_path: Path) -> None:
+    """``--model`` (compress) and ``export`` (now export-onnx) keep working for one release, with a one-line note."""
+    model = tmp_path / "svd.safetensors"
+    assert runner.invoke(app, ["fit", "-m", "svd", "-i", str(corpus), "-o", str(model), "-p", "k=6"]).exit_code == 0
+    old = runner.invoke(app, ["compress", "--model", str(model), "-i", str(corpus), "-o", str(tmp_path / "old.npz")])
+    new = runner.invoke(app, ["compress", "-c", str(model), "-i", str(corpus), "-o", str(tmp_path / "new.npz")])
+    assert old.exit_code == new.exit_code == 0, old.output
+    assert "note: --model is deprecated and will be removed in the next release; use --compressor/-c" in old.output
+    assert "deprecated" not in new.output
+    np.testing.assert_array_equal(adaptemb.load_codes(tmp_path / "old.npz").to_dense(),
+                                  adaptemb.load_codes(tmp_path / "new.npz").to_dense())
+    assert "--model" not in runner.invoke(app, ["compress", "--help"], env={"COLUMNS": "100"}).output  # hidden
+    help_text = runner.invoke(app, ["--help"], env={"COLUMNS": "100"}).output
+    assert "export-onnx" in help_text and "export-encoder" in help_text and "export-codes" in help_text
+    assert " export " not in help_text  # the old verb is hidden
+
+
+def test_flags_take_no_value_and_closed_choices_are_listed() -> None:
+    """Boolean options are spelt --flag/--no-flag without a <bool> value; engines and databases are enums."""
+    fit_help = runner.invoke(app, ["fit", "--help"], env={"COLUMNS": "120"}).output
+    assert "--no-stream" in fit_help and "local|ray" in fit_help
+    export_help = runner.invoke(app, ["export-codes", "--help"], env={"COLUMNS": "120"}).output
+    assert "--no-recreate" in export_help and "qdrant|milvus" in export_help
+    for line in (fit_help + export_help).splitlines():
+        if "--stream" in line or "--recreate" in line:
+            assert "<bool>" not in line, line
+
+
+def test_fit_report_is_a_short_table_and_whole_in_json(corpus: Path, tmp_path: Path) -> None:
+    model, report = tmp_path / "csr.safetensors", tmp_path / "report" / "fit.json"
+    result = runner.invoke(app, ["fit", "-m", "csr", "-i", str(corpus), "-o", str(model), "-p", "hidden=64", "-p", "k=4",
+                                 "-p", "epochs=1", "-p", "progress=false", "--report", str(report)], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    assert "fit report" in result.output and "seconds" in result.output and "dead_fraction" in result.output
+    table = [line for line in result.output.splitlines() if line[:1] in "┌│└"]
+    assert table and "{" not in result.output and max(len(line) for line in table) <= 100
+    assert "train_losses" in result.output and "recon_k" in result.output  # a group of numbers on one row
+    whole = json.loads(report.read_text())
+    assert whole["extra"]["hidden"] == 64 and "recon_k" in whole["train_losses"]
+
+
+def _app_raising(error: BaseException) -> typer.Typer:
+    one = typer.Typer()
+
+    @one.command()
+    @friendly_errors
+    def boom() -> None:
+        raise error
+
+    return one
+
+
+@pytest.mark.parametrize(("error", "code", "text"), [
+    (typer.Exit(code=3), 3, ""),
+    (typer.Abort(), 1, "Aborted"),
+    (typer.BadParameter("no good"), 2, "no good"),
+    (ValueError("k must be positive"), 2, "error: k must be positive"),
+    (RuntimeError("a bug"), 2, "error: unexpected RuntimeError: a bug (rerun with --debug"),
+])
+def test_typer_control_flow_passes_through_the_error_mapping(error: BaseException, code: int, text: str) -> None:
+    """typer's own exit, abort and usage errors keep their exit codes and messages; everything else is one line."""
+    result = runner.invoke(_app_raising(error), [])
+    assert result.exit_code == code, result.output
+    assert text in result.output and "Traceback" not in result.output

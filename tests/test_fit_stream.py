@@ -221,7 +221,7 @@ def test_ray_data_reads_the_stream(rows: np.ndarray, files: dict[str, Path], tmp
         assert_same_codes(adaptemb.fit(stream, "svd", k=8).encode(rows), adaptemb.fit(rows, "svd", k=8).encode(rows))
     result = CliRunner().invoke(app, ["fit", "-m", "mrl", "-i", str(files["parquet"]), "-o", str(tmp_path / "m.safetensors"),
                                       "-p", "adapter=linear", "-p", "epochs=2", "-p", "progress=false", "--stream",
-                                      "--engine", "ray"])
+                                      "--engine", "ray"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "(Ray Data)" in result.output and "every row" in result.output
     with pytest.raises(ValueError, match="Ray Data reads .parquet or .npy"):

@@ -134,13 +134,15 @@ def test_bad_inputs_are_refused_with_clear_errors(setup, error: type[Exception],
 
 def test_cli_encode_and_resume(rows: np.ndarray, inputs: dict[str, Path], tmp_path: Path) -> None:
     model = adaptemb.fit(rows, "binary").save(tmp_path / "binary.safetensors")
-    args = ["encode", "-i", str(inputs["x.parquet"]), "--compressor", str(model), "-o", str(tmp_path / "out"),
+    args = ["encode", "-i", str(inputs["x.parquet"]), "-c", str(model), "--out", str(tmp_path / "out"),
             "--shard-rows", "1000"]
     first, second = CliRunner().invoke(app, args), CliRunner().invoke(app, args)
     assert first.exit_code == 0 and "2 shards written, 0 already done" in first.output
     assert second.exit_code == 0 and "0 shards written, 2 already done" in second.output
-    bad = CliRunner().invoke(app, [*args[:-2], "--shard-rows", "0"])
-    assert bad.exit_code == 2 and "shard_rows must be an integer >= 1" in bad.output
+    bad = CliRunner().invoke(app, [*args[:-2], "--shard-rows", "0"], env={"COLUMNS": "200"})
+    assert bad.exit_code == 2 and "--shard-rows" in bad.output and "greater than or equal to 1" in bad.output
+    one = CliRunner().invoke(app, [*args[:-3], str(tmp_path / "one"), "--shard-rows", "2000"])  # "1 shard", not "1 shards"
+    assert one.exit_code == 0 and "1 shard written" in one.output and "2,000 rows" in one.output
 
 
 @pytest.mark.slow

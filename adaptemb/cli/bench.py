@@ -12,6 +12,7 @@ from rich.console import Console
 
 from adaptemb.cli.app import app
 from adaptemb.cli.errors import friendly_errors
+from adaptemb.cli.options import Device, flag
 
 DEFAULT_BUDGETS = "16,32,64,128"
 DEFAULT_BYTES = "16,32,64,128"
@@ -60,9 +61,9 @@ def bench_command(
     nbytes: Annotated[str | None, typer.Option(
         "--bytes", help="Comma list of byte budgets per vector (default 16,32,64,128): each method encodes at its "
         "largest k whose codes fit, so every method is compared at equal bytes.")] = None,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    device: Annotated[Device, typer.Option("--device", help="Where to fit and search: auto (CUDA when present), cpu or cuda.")] = Device.auto,
     out: Annotated[Path, typer.Option("--out", help="Folder for results.json/.csv, plots and report.md.")] = Path("bench-results"),
-    rerank: Annotated[bool, typer.Option("--rerank", help="Add funnel rows: shortlist with codes, rerank with float32 / int8.")] = False,
+    rerank: Annotated[bool, flag("rerank", "Add funnel rows: shortlist with codes, rerank with float32 / int8.")] = False,
     shortlist: Annotated[int, typer.Option("--shortlist", min=1, help="Shortlist size for --rerank.")] = 100,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seed for fitting and sampling.")] = 0,
     scale: Annotated[int, typer.Option(
@@ -82,7 +83,7 @@ def bench_command(
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Queries per timed batch.")] = 512,
     param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", help="A method parameter as METHOD.NAME=VALUE (repeatable), e.g. -p csr.epochs=5.")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final table (no progress).")] = False,
+    quiet: Annotated[bool, flag("quiet", "Only the final table (no progress).", "-q")] = False,
 ) -> None:
     """Benchmark compression methods on a dataset: NDCG@10, recall, MRR, 1-NN, bytes/vector, latency."""
     from adaptemb.datasets import load_dataset
@@ -102,7 +103,7 @@ def bench_command(
     if scale:
         scale_ks: tuple[int | None, ...] = (None,) if scale_budgets.strip() == "default" else tuple(
             parse_ints(scale_budgets, "--scale-budgets"))
-        scale_config = ScaleConfig(rows=scale, noise=scale_noise, budgets=scale_ks, device=device, seed=seed,
+        scale_config = ScaleConfig(rows=scale, noise=scale_noise, budgets=scale_ks, device=device.value, seed=seed,
                                    baselines=tuple(b.strip() for b in scale_baselines.split(",") if b.strip()),
                                    batch_size=batch_size, warmup=warmup, rounds=min(rounds, 3), progress=not quiet,
                                    check_queries=scale_check)
@@ -110,7 +111,7 @@ def bench_command(
         raise ValueError("pass --bytes (byte budgets) or --budgets (each method's own k), not both")
     byte_budgets = None if budgets is not None else parse_ints(nbytes or DEFAULT_BYTES, "--bytes")
     config = BenchConfig(methods=names, budgets=parse_ints(budgets or DEFAULT_BUDGETS, "--budgets"), bytes=byte_budgets,
-                         device=device, rerank=rerank,
+                         device=device.value, rerank=rerank,
                          shortlist=shortlist, seed=seed, rounds=rounds, warmup=warmup, batch_size=batch_size,
                          method_params=method_params(param or []), fit_progress=not quiet, scale=scale_config)
     progress = (lambda msg: console.print(f"[dim]… {msg}[/dim]"))

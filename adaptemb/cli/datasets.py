@@ -12,6 +12,7 @@ from rich.table import Table
 
 from adaptemb.cli.app import app
 from adaptemb.cli.errors import friendly_errors
+from adaptemb.cli.options import OldBackboneOption, chosen, flag
 
 datasets_app = typer.Typer(
     help="Built-in real datasets: list them, build them into the cache, inspect a dataset.",
@@ -46,14 +47,10 @@ def build_command(
         str,
         typer.Argument(help="What to build: wordnet (wordnet-examples + wordnet-lemmas) or fashion-mnist."),
     ],
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            help="wordnet: a local sentence-transformers/transformers model folder (default: bundled "
-            "all-MiniLM-L6-v2). fashion-mnist: efficientnet-lite0 (default), timm:NAME, open_clip:NAME (with --weights) or a saved timm folder.",
-        ),
-    ] = None,
+    backbone: Annotated[str | None, typer.Option(
+        "--backbone", help="wordnet: a local sentence-transformers/transformers model folder (default: bundled "
+        "all-MiniLM-L6-v2). fashion-mnist: efficientnet-lite0 (default), timm:NAME, open_clip:NAME (with --weights) "
+        "or a saved timm folder.")] = None,
     limit: Annotated[
         int | None,
         typer.Option(
@@ -86,13 +83,15 @@ def build_command(
             help="fashion-mnist: backbone input size in px (default 224 on GPU, 112 on CPU).",
         ),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    quiet: Annotated[bool, flag("quiet", "No progress bars.", "-q")] = False,
+    old_model: OldBackboneOption = None,
 ) -> None:
     """Build a built-in dataset (embedding its raw texts or images) and save it."""
     from adaptemb.datasets import build_builtin
 
     if name in ("wordnet-examples", "wordnet-lemmas"):
         name = "wordnet"
+    model = chosen(backbone, old_model, new="--backbone", old="--model", required=False)
     start = time.perf_counter()
     try:
         written = build_builtin(

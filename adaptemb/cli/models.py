@@ -1,4 +1,4 @@
-"""Commands that manage compressors: plugins, fit, compress, export, export-encoder, info."""
+"""Commands that manage compressors: plugins, fit, compress, export-onnx, export-encoder, info."""
 
 from __future__ import annotations
 
@@ -9,32 +9,34 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from adaptemb.api import fit as fit_compressor
 from adaptemb.api import list_compressors, load
 from adaptemb.cli.app import app
 from adaptemb.cli.errors import friendly_errors
+from adaptemb.cli.options import (
+    BackboneOption,
+    BudgetOption,
+    CompressorOption,
+    Engine,
+    InputOption,
+    KeyOption,
+    OldBackboneOption,
+    OldCompressorOption,
+    Side,
+    chosen,
+    deprecated,
+    flag,
+)
+from adaptemb.cli.output import console, plural, print_report, write_json
 from adaptemb.data import load_embeddings
 from adaptemb.rows import RowStream
 from adaptemb.serialization import save_codes
 
-console = Console(soft_wrap=True)
-
 ParamOption = Annotated[
     list[str] | None,
     typer.Option("--param", "-p", help="A method parameter as NAME=VALUE (repeatable), e.g. -p k=64."),
-]
-class Side(str, Enum):
-    """Which side of the search a compress run encodes."""
-
-    doc = "doc"
-    query = "query"
-
-
-KeyOption = Annotated[
-    str | None, typer.Option("--key", help="Array name in an .npz/.safetensors file, or vector column of a .parquet.")
 ]
 
 
@@ -55,15 +57,15 @@ def plugins_command() -> None:
 @friendly_errors
 def fit_command(
     method: Annotated[str, typer.Option("--method", "-m", help="Registered method name (see `adaptemb plugins`).")],
-    input_path: Annotated[Path, typer.Option("--input", "-i", help="Embeddings: .npy, .npz, .safetensors or .parquet.")],
+    input_path: InputOption,
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the fitted compressor (.safetensors).")],
     param: ParamOption = None,
     key: KeyOption = None,
-    stream: Annotated[bool, typer.Option("--stream", help="Read the file chunk by chunk instead of loading it (files larger "
-                                         "than memory; .npy, .parquet, .safetensors): methods that train by minibatches "
-                                         "read every row, the others fit a uniform sample.")] = False,
-    engine: Annotated[str, typer.Option("--engine", help="With --stream: local (this process reads) or ray (Ray Data reads "
-                                        ".parquet / .npy; pip install 'adaptemb\\[ray]').")] = "local",
+    stream: Annotated[bool, flag("stream", "Read the file chunk by chunk instead of loading it (files larger "
+                                 "than memory; .npy, .parquet, .safetensors): methods that train by minibatches "
+                                 "read every row, the others fit a uniform sample.")] = False,
+    engine: Annotated[Engine, typer.Option("--engine", help="With --stream: local (this process reads) or ray (Ray "
+                                           "Data reads .parquet / .npy; pip install 'adaptemb\\[ray]').")] = Engine.local,
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="A Ray cluster for --engine ray; default: start Ray here.")] = None,
     pair_queries: Annotated[Path | None, typer.Option(
         "--pair-queries", help="Query embeddings of labelled (query, document) pairs, row i paired with row i of "
@@ -72,17 +74,18 @@ def fit_command(
         "--pair-documents", help="The document embeddings of those pairs, one row per query.")] = None,
     labels: Annotated[Path | None, typer.Option(
         "--labels", help="One integer class label per input row (.npy or .npz), for methods that learn from labels.")] = None,
+    report: Annotated[Path | None, typer.Option(
+        "--report", help="Also write the whole fit report (every loss and statistic) to this JSON file.")] = None,
 ) -> None:
     """Fit a compressor on an embedding file and save it as one safetensors file."""
     params = parse_params(param or [])
-    if engine not in ("local", "ray"):
-        raise ValueError(f"unknown engine {engine!r}; use local or ray")
-    if not stream and (engine != "local" or ray_address is not None):
+    if not stream and (engine is not Engine.local or ray_address is not None):
         raise ValueError("--engine and --ray-address choose how a stream is read: add --stream")
     supervision = _supervision(pair_queries, pair_documents, labels)
     if stream:
-        source: Any = RowStream.through_ray(input_path, key=key, address=ray_address) if engine == "ray" else input_path
-        compressor = fit_compressor(source, method, key=None if engine == "ray" else key, **supervision, **params)
+        ray = engine is Engine.ray
+        source: Any = RowStream.through_ray(input_path, key=key, address=ray_address) if ray else input_path
+        compressor = fit_compressor(source, method, key=None if ray else key, **supervision, **params)
     else:
         compressor = fit_compressor(load_embeddings(input_path, key=key), method, **supervision, **params)
     compressor.save(output)
@@ -92,6 +95,9 @@ def fit_command(
     )
     if compressor.fit_report:
         print_report(compressor.fit_report)
+        if report is not None:
+            write_json(report, compressor.fit_report)
+            console.print(f"whole fit report in {report}")
 
 
 def _supervision(pair_queries: Path | None, pair_documents: Path | None, labels: Path | None) -> dict[str, Any]:
@@ -110,41 +116,61 @@ def _supervision(pair_queries: Path | None, pair_documents: Path | None, labels:
 @app.command("compress")
 @friendly_errors
 def compress_command(
-    model: Annotated[Path, typer.Option("--model", help="A fitted compressor file from `adaptemb fit`.")],
-    input_path: Annotated[Path, typer.Option("--input", "-i", help="Embeddings: .npy, .npz, .safetensors or .parquet.")],
+    input_path: InputOption,
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the codes (.npz, see docs/guide.md).")],
-    k: Annotated[int | None, typer.Option("--k", "-k", help="Budget: active dims per code (default: the method's).")] = None,
+    compressor: CompressorOption = None,
+    k: BudgetOption = None,
     side: Annotated[Side, typer.Option(
         "--side", help="doc: document codes (encode); query: query codes (encode_queries), which asymmetric "
         "methods (csr, bsa) make differently.")] = Side.doc,
     key: KeyOption = None,
+    old_model: OldCompressorOption = None,
 ) -> None:
-    """Encode an embedding file with a fitted compressor and write the codes file."""
-    compressor = load(model)
+    """Encode an embedding file with a fitted compressor and write the codes file (all in memory; for files
+    larger than memory use `adaptemb encode`)."""
+    fitted = load(chosen(compressor, old_model, new="--compressor/-c", old="--model"))
     embeddings = load_embeddings(input_path, key=key)
-    codes = compressor.encode(embeddings, k=k) if side is Side.doc else compressor.encode_queries(embeddings, k=k)
+    codes = fitted.encode(embeddings, k=k) if side is Side.doc else fitted.encode_queries(embeddings, k=k)
     save_codes(codes, output)
     console.print(
-        f"wrote {len(codes)} {codes.kind} {side.value} codes (dim {codes.dim}) to {output}: "
-        f"{codes.bytes_per_vector:.1f} bytes per vector, {codes.nbytes} bytes in all"
+        f"wrote {plural(len(codes), f'{codes.kind} {side.value} code')} (dim {codes.dim}) to {output}: "
+        f"{codes.bytes_per_vector:.1f} bytes per vector, {codes.nbytes:,} bytes in all"
     )
 
 
-@app.command("export")
+@app.command("export-onnx")
 @friendly_errors
-def export_command(
-    model: Annotated[Path, typer.Option("--model", help="A fitted compressor file from `adaptemb fit`.")],
+def export_onnx_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the ONNX encoder (.onnx).")],
+    compressor: CompressorOption = None,
     k: Annotated[int | None, typer.Option("--k", "-k", help="Budget the encoder emits (default: the method's).")] = None,
     sample: Annotated[
         Path | None, typer.Option("--sample", help="Embeddings to check onnxruntime parity on (default: random rows).")
     ] = None,
     key: KeyOption = None,
+    old_model: OldCompressorOption = None,
 ) -> None:
-    """Export a fitted compressor's encoder to ONNX, checked against onnxruntime before it is written."""
+    """Export a fitted compressor as an ONNX graph (embeddings in, codes out), checked against onnxruntime
+    before it is written. For text or images in, use export-encoder."""
+    path = chosen(compressor, old_model, new="--compressor/-c", old="--model")
     rows = load_embeddings(sample, key=key) if sample is not None else None
-    parity = load(model).export_onnx(output, k=k, sample=rows)
+    parity = load(path).export_onnx(output, k=k, sample=rows)
     console.print(f"wrote {output}; {parity}")
+
+
+@app.command("export", hidden=True)
+@friendly_errors
+def export_command(
+    output: Annotated[Path, typer.Option("--output", "-o")],
+    compressor: CompressorOption = None,
+    k: Annotated[int | None, typer.Option("--k", "-k")] = None,
+    sample: Annotated[Path | None, typer.Option("--sample")] = None,
+    key: KeyOption = None,
+    old_model: OldCompressorOption = None,
+) -> None:
+    """Deprecated spelling of export-onnx."""
+    deprecated("adaptemb export", "adaptemb export-onnx")
+    export_onnx_command(output, compressor, k, sample, key, old_model)
 
 
 class ModelKind(str, Enum):
@@ -165,12 +191,10 @@ class Quantize(str, Enum):
 @app.command("export-encoder")
 @friendly_errors
 def export_encoder_command(
-    compressor: Annotated[Path, typer.Option("--compressor", "-c", help="A fitted compressor file from `adaptemb fit`.")],
     output: Annotated[Path, typer.Option(
         "--output", "-o", help="Where to write the ONNX encoder (.onnx); text models also get tokenizer.json beside it.")],
-    model: Annotated[str | None, typer.Option(
-        "--model", help="Backbone: a sentence-transformers or transformers folder (default: the bundled "
-        "all-MiniLM-L6-v2), efficientnet-lite0, timm:NAME, open_clip:NAME (with --weights) or a saved timm folder.")] = None,
+    compressor: CompressorOption = None,
+    backbone: BackboneOption = None,
     k: Annotated[int | None, typer.Option("--k", "-k", help="Budget the encoder emits (default: the method's).")] = None,
     modality: Annotated[ModelKind, typer.Option(
         "--modality", help="auto: image for efficientnet-lite0, timm:, open_clip: and timm folders, else text.")] = ModelKind.auto,
@@ -180,14 +204,17 @@ def export_encoder_command(
     sample: Annotated[Path | None, typer.Option(
         "--sample", help="Inputs to check parity on: a text file (one text per line) or an .npy of images "
         "(default: built-in sentences / Fashion-MNIST test images).")] = None,
-    with_embedding: Annotated[bool, typer.Option(
-        "--with-embedding", help="Also output the float embedding (`embedding`), e.g. for asymmetric scoring.")] = False,
+    with_embedding: Annotated[bool, flag(
+        "with-embedding", "Also output the float embedding (`embedding`), e.g. for asymmetric scoring.")] = False,
     weights: Annotated[Path | None, typer.Option("--weights", help="Image models: a local weights file.")] = None,
     image_size: Annotated[int | None, typer.Option("--image-size", min=16, help="Image models: input size in px.")] = None,
+    old_model: OldBackboneOption = None,
 ) -> None:
     """Export a backbone and a fitted compressor as one ONNX graph: token ids or pixels in, codes out."""
-    from adaptemb.encoders.onnx import export_encoder
+    from adaptemb.encoders.onnx import export_encoder  # the onnx extra
 
+    path = chosen(compressor, None, new="--compressor/-c", old="")
+    model = chosen(backbone, old_model, new="--backbone", old="--model", required=False)
     items: Any = None
     if sample is not None:
         if sample.suffix == ".npy":
@@ -195,7 +222,7 @@ def export_encoder_command(
         else:
             items = [line for line in sample.read_text(encoding="utf-8").splitlines() if line.strip()]
     result = export_encoder(
-        model, compressor, output, k=k, modality=modality.value,  # type: ignore[arg-type]
+        model, path, output, k=k, modality=modality.value,  # type: ignore[arg-type]
         quantize=None if quantize is Quantize.none else quantize.value,  # type: ignore[arg-type]
         sample=items, include_embedding=with_embedding, weights=weights, image_size=image_size,
     )
@@ -205,14 +232,14 @@ def export_encoder_command(
 @app.command("info")
 @friendly_errors
 def info_command(
-    model: Annotated[Path, typer.Argument(help="A fitted compressor file.")],
+    compressor: Annotated[Path, typer.Argument(help="A fitted compressor file.", metavar="COMPRESSOR")],
 ) -> None:
     """Show what a fitted compressor file holds: method, config, dimension and budgets."""
-    compressor = load(model)
-    budgets = compressor.budgets()
-    console.print(f"method: [bold]{compressor.name}[/]  dim: {compressor.dim}")
+    fitted = load(compressor)
+    budgets = fitted.budgets()
+    console.print(f"method: [bold]{fitted.name}[/]  dim: {fitted.dim}")
     console.print(f"budgets: {budgets.describe()}")
-    console.print(f"config: {compressor.config.model_dump_json()}")
+    console.print(f"config: {fitted.config.model_dump_json()}", markup=False, highlight=False)
 
 
 def parse_params(items: list[str]) -> dict[str, Any]:
@@ -228,11 +255,3 @@ def parse_params(items: list[str]) -> dict[str, Any]:
             value = raw
         params[name.strip()] = value
     return params
-
-
-def print_report(report: dict[str, Any]) -> None:
-    """Print a fit report as a two-column table."""
-    table = Table(title="fit report", show_header=False)
-    for name, value in report.items():
-        table.add_row(name, json.dumps(value, default=str) if isinstance(value, (dict, list)) else str(value))
-    console.print(table)

@@ -3,6 +3,8 @@ and ``adaptemb export-codes`` (codes into a vector database)."""
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -11,32 +13,59 @@ import typer
 from adaptemb.api import load_codes
 from adaptemb.cli.app import app
 from adaptemb.cli.errors import friendly_errors
-from adaptemb.cli.models import KeyOption, Side, console
+from adaptemb.cli.options import (
+    BudgetOption,
+    CompressorOption,
+    Engine,
+    KeyOption,
+    OldCompressorOption,
+    Side,
+    VectorDB,
+    chosen,
+    deprecated_option,
+    flag,
+)
+from adaptemb.cli.output import console, plural
 from adaptemb.streaming import encode_files, read_code_shards
 from adaptemb.vectordb import export_codes
+
+INTERRUPTED = 130
+"""Exit code after Ctrl-C (128 + SIGINT), as shells report it."""
 
 
 @app.command("encode")
 @friendly_errors
 def encode_command(
-    inputs: Annotated[list[Path], typer.Option("--input", "-i", help="Embedding files (.npy, .parquet, .safetensors), "
-                                               "read in the order given; repeat for several shards.")],
-    compressor: Annotated[Path, typer.Option("--compressor", "--model", help="A fitted compressor file from `adaptemb fit`.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the code shards (part-*.parquet) and manifest.json.")],
-    k: Annotated[int | None, typer.Option("--k", "-k", help="Budget: active dims per code (default: the method's).")] = None,
+    inputs: Annotated[list[Path], typer.Option("--input", "-i", help="Embedding files (.npy, .npz, .parquet, "
+                                               ".safetensors, .fvecs/.bvecs), read in the order given; repeat for "
+                                               "several files.")],
+    compressor: CompressorOption = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Folder for the code shards (part-*.parquet) and manifest.json; created if needed.")] = None,
+    k: BudgetOption = None,
     side: Annotated[Side, typer.Option("--side", help="doc: document codes; query: query codes (encode_queries).")] = Side.doc,
     key: KeyOption = None,
-    shard_rows: Annotated[int, typer.Option("--shard-rows", help="Rows per output shard (the unit of resume).")] = 262_144,
-    batch_rows: Annotated[int, typer.Option("--batch-rows", help="Rows encoded at a time (bounds memory).")] = 16_384,
-    engine: Annotated[str, typer.Option("--engine", help="local: this process; ray: Ray Data actors (pip install 'adaptemb\\[ray]').")] = "local",
+    shard_rows: Annotated[int, typer.Option("--shard-rows", min=1, help="Rows per output shard (the unit of resume).")] = 262_144,
+    batch_rows: Annotated[int, typer.Option("--batch-rows", min=1, help="Rows encoded at a time (bounds memory).")] = 16_384,
+    engine: Annotated[Engine, typer.Option("--engine", help="local: this process; ray: Ray Data actors "
+                                           "(pip install 'adaptemb\\[ray]').")] = Engine.local,
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="A Ray cluster (e.g. ray://head:10001); default: start Ray here.")] = None,
+    old_model: OldCompressorOption = None,
+    old_out: Annotated[Path | None, deprecated_option("-o", replacement="--out")] = None,
 ) -> None:
     """Encode embedding files shard by shard with bounded memory; re-run the same command to resume."""
-    result = encode_files(inputs, compressor, out, k=k, side=side.value, key=key, shard_rows=shard_rows,
-                          batch_rows=batch_rows, engine=engine, ray_address=ray_address)  # type: ignore[arg-type]
+    path = chosen(compressor, old_model, new="--compressor/-c", old="--model")
+    folder = chosen(out, old_out, new="--out", old="-o")
+    try:
+        result = encode_files(inputs, path, folder, k=k, side=side.value, key=key, shard_rows=shard_rows,  # type: ignore[arg-type]
+                              batch_rows=batch_rows, engine=engine.value, ray_address=ray_address)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: the shards written so far are kept in {folder}; run the same command again to "
+              f"resume where it stopped:\n  {shlex.join(['adaptemb', *sys.argv[1:]])}", file=sys.stderr)
+        raise typer.Exit(code=INTERRUPTED) from None
     console.print(
-        f"encoded {result.rows:,} rows in {result.seconds:.1f} s ({result.rows_per_second:,.0f} rows/s): "
-        f"{result.shards_written} shards written, {result.shards_skipped} already done, in {result.out}"
+        f"encoded {plural(result.rows, 'row')} in {result.seconds:.1f} s ({result.rows_per_second:,.0f} rows/s): "
+        f"{plural(result.shards_written, 'shard')} written, {result.shards_skipped:,} already done, in {result.out}"
     )
 
 
@@ -44,17 +73,18 @@ def encode_command(
 @friendly_errors
 def export_codes_command(
     codes_path: Annotated[Path, typer.Option("--codes", help="Codes: an .npz from `adaptemb compress` or a folder from `adaptemb encode`.")],
-    to: Annotated[str, typer.Option("--to", help="The vector database: qdrant or milvus.")] = "qdrant",
-    location: Annotated[str, typer.Option("--location", help="Qdrant: a local folder (embedded), :memory:, or a server URL. "
+    location: Annotated[str, typer.Option("--location", help="Where the collection lives. Qdrant: a local folder "
+                                          "(embedded, created if needed) or a server URL (http(s)://host:6333). "
                                           "Milvus: a local file ending in .db (Milvus Lite) or a server URI "
-                                          "(http://host:19530).")] = ":memory:",
+                                          "(http://host:19530).")],
+    to: Annotated[VectorDB, typer.Option("--to", help="The vector database (the qdrant / milvus extra).")] = VectorDB.qdrant,
     collection: Annotated[str, typer.Option("--collection", help="Collection to create.")] = "adaptemb",
-    recreate: Annotated[bool, typer.Option("--recreate", help="Replace the collection if it exists.")] = False,
+    recreate: Annotated[bool, flag("recreate", "Replace the collection if it exists (default: refuse).")] = False,
 ) -> None:
-    """Write codes into a vector database collection (ids = row numbers): Qdrant or Milvus (the qdrant / milvus extra)."""
+    """Write codes into a vector database collection (ids = row numbers): Qdrant or Milvus."""
     if codes_path.is_dir():
         codes, ids = read_code_shards(codes_path, ids=True)
     else:
         codes, ids = load_codes(codes_path), None
-    export_codes(codes, to=to, location=location, collection=collection, ids=ids, recreate=recreate)
-    console.print(f"wrote {len(codes):,} {codes.kind} codes into {to} collection {collection!r} at {location}")
+    export_codes(codes, to=to.value, location=location, collection=collection, ids=ids, recreate=recreate)
+    console.print(f"wrote {plural(len(codes), f'{codes.kind} code')} into {to.value} collection {collection!r} at {location}")

@@ -1,0 +1,105 @@
+"""One option vocabulary for every command.
+
+``--compressor/-c`` names a fitted compressor file, ``--backbone`` an encoder model, ``-o/--output`` one
+file to write and ``--out`` a folder; boolean options come as ``--flag/--no-flag``; closed choices are enums.
+Spellings that were replaced keep working for one release: they are hidden from ``--help`` and print a
+one-line deprecation note (``deprecated``) when used.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+_T = TypeVar("_T")
+
+
+class Side(str, Enum):
+    """Which side of the search an encode run writes."""
+
+    doc = "doc"
+    query = "query"
+
+
+class Engine(str, Enum):
+    """Who reads and encodes a stream of rows."""
+
+    local = "local"
+    ray = "ray"
+
+
+class Device(str, Enum):
+    """Where the bench fits and searches."""
+
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class VectorDB(str, Enum):
+    """The vector databases ``export-codes`` writes into."""
+
+    qdrant = "qdrant"
+    milvus = "milvus"
+
+
+class InputKind(str, Enum):
+    """What the values of an input embedding file are (never guessed from the dtype)."""
+
+    float = "float"
+    int8 = "int8"
+    ubinary = "ubinary"
+
+
+def flag(name: str, help: str, *short: str) -> Any:
+    """A boolean option spelt ``--name/--no-name`` (no ``<bool>`` value is shown: none is taken)."""
+    return typer.Option(f"--{name}/--no-{name}", *short, help=help, metavar="")
+
+
+def deprecated_option(*spellings: str, replacement: str) -> Any:
+    """A hidden option that still accepts an old spelling for one release."""
+    return typer.Option(*spellings, hidden=True, help=f"Deprecated: use {replacement}.")
+
+
+def deprecated(old: str, new: str) -> None:
+    """Print the one-line deprecation note for an old spelling that was used."""
+    print(f"note: {old} is deprecated and will be removed in the next release; use {new}", file=sys.stderr)
+
+
+def chosen(value: _T | None, old_value: _T | None, *, new: str, old: str, required: bool = True) -> _T | None:
+    """The value of an option that has a deprecated spelling: the new one, else the old one (with a note);
+    both given is an error, neither given is one when ``required``."""
+    if value is not None and old_value is not None:
+        raise ValueError(f"{old} is the deprecated spelling of {new}: give only {new}")
+    if old_value is not None:
+        deprecated(old, new)
+        return old_value
+    if value is None and required:
+        raise ValueError(f"missing option {new}")
+    return value
+
+
+CompressorOption = Annotated[
+    Path | None, typer.Option("--compressor", "-c", help="A fitted compressor file from `adaptemb fit`.")
+]
+OldCompressorOption = Annotated[Path | None, deprecated_option("--model", replacement="--compressor/-c")]
+BackboneOption = Annotated[str | None, typer.Option(
+    "--backbone", help="Encoder model: a sentence-transformers or transformers folder (default: the bundled "
+    "all-MiniLM-L6-v2), efficientnet-lite0, timm:NAME, open_clip:NAME (with --weights) or a saved timm folder.")]
+OldBackboneOption = Annotated[str | None, deprecated_option("--model", replacement="--backbone")]
+InputOption = Annotated[Path, typer.Option(
+    "--input", "-i", help="Embeddings: .npy, .npz, .safetensors, .parquet or .fvecs/.bvecs.")]
+KeyOption = Annotated[
+    str | None, typer.Option("--key", help="Array name in an .npz/.safetensors file, or vector column of a .parquet.")
+]
+BudgetOption = Annotated[int | None, typer.Option(
+    "--k", "-k", help="Budget: active dims per code (default: the method's).")]
+InputKindOption = Annotated[InputKind, typer.Option(
+    "--input-kind", help="What the input values are: float embeddings, or int8 / ubinary (packed sign bits) "
+    "embeddings as providers return them; see the guide's 'Integer embeddings'.")]
+InputScaleOption = Annotated[float | None, typer.Option(
+    "--input-scale", help="With --input-kind int8: the dequantisation scale (float = int8 * scale).")]
