@@ -4,6 +4,7 @@ when given files or batches instead of an array (``RowStream``)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -216,5 +217,20 @@ def start_ray(address: str | None = None) -> Any:
     except ModuleNotFoundError:
         raise ModuleNotFoundError("Ray Data needs ray: pip install 'adaptemb[ray]'") from None
     if not ray.is_initialized():
+        quiet_ray_data()
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     return ray
+
+
+def quiet_ray_data() -> None:
+    """Ray's notices and Ray Data's progress lines stay in Ray's log files (under the session folder) instead of
+    the terminal: adaptemb reports rows and shards itself. Errors still print. ``ADAPTEMB_RAY_LOGS=1`` keeps
+    Ray's own terminal output."""
+    if os.environ.get("ADAPTEMB_RAY_LOGS", "") not in ("", "0"):
+        return
+    import ray.data  # noqa: F401  ray.data sets up its loggers when imported
+
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    for handler in logging.getLogger("ray.data").handlers:
+        if not isinstance(handler, logging.FileHandler) and "File" not in type(handler).__name__:
+            handler.setLevel(logging.ERROR)

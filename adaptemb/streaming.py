@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -209,9 +210,14 @@ def _run_ray(target: Path, job: EncodeJob, sources: list[RowSource], model: Comp
         actors = max(1, min(len(todo), int(ray.cluster_resources().get("CPU", 1))))
         settings = {"model": model, "paths": [str(s.path) for s in sources], "key": key, "k": k, "side": side,
                     "batch_rows": batch_rows, "target": str(target)}
-        ray.data.from_items([asdict(shard) for shard in todo]).map_batches(
-            _ShardEncoder, fn_constructor_kwargs=settings, batch_size=1, concurrency=actors, num_cpus=1,
-        ).materialize()
+        with warnings.catch_warnings():
+            # max_restarts=0 (a failed job is resumed by a rerun, not by restarting actors whose constructor
+            # arguments may be gone) is Ray Data's documented way, which Ray 2.60 reports as a deprecated kwarg
+            warnings.filterwarnings("ignore", message=".*ray_remote_args.*is deprecated")
+            ray.data.from_items([asdict(shard) for shard in todo]).map_batches(
+                _ShardEncoder, fn_constructor_kwargs=settings, batch_size=1, num_cpus=1, max_restarts=0,
+                compute=ray.data.ActorPoolStrategy(size=actors),
+            ).materialize()
     job.complete = True
     _write_manifest(target, job)
     rows = sum(shard.rows for shard in todo)

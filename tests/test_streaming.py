@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -161,3 +165,28 @@ def test_ray_engine_writes_the_same_shards_and_resumes(rows: np.ndarray, inputs:
     again = adaptemb.encode_files(sources, csr, distributed, shard_rows=900, engine="ray")
     assert (again.shards_written, again.shards_skipped) == (1, 4)
     assert same(adaptemb.read_code_shards(distributed), csr.encode(np.concatenate([rows, rows])))
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_encode_prints_the_command_that_resumes(tmp_path: Path) -> None:
+    """SIGINT mid-run: exit 130, the shards so far kept, and the exact command to resume, which then finishes."""
+    rows = np.random.default_rng(0).standard_normal((400_000, 32)).astype(np.float32)
+    np.save(source := tmp_path / "big.npy", rows)
+    model = adaptemb.fit(rows[:2000], "svd", k=8).save(tmp_path / "svd.safetensors")
+    out = tmp_path / "codes"
+    command = [sys.executable, "-m", "adaptemb", "encode", "-i", str(source), "-c", str(model), "--out", str(out),
+               "--shard-rows", "2000", "--batch-rows", "500"]
+    running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "part-00001.parquet").exists() and time.monotonic() < deadline and running.poll() is None:
+        time.sleep(0.05)
+    running.send_signal(signal.SIGINT)
+    _, stderr = running.communicate(timeout=120)
+    assert running.returncode == 130, stderr
+    assert "run the same command again to resume" in stderr and f"--out {out}" in stderr
+    assert "Traceback" not in stderr
+    resumed = subprocess.run(command, capture_output=True, text=True, check=False, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "already done" in resumed.stdout and ", 0 already done" not in resumed.stdout
+    np.testing.assert_array_equal(adaptemb.streaming.read_code_shards(out).to_dense(),
+                                  adaptemb.load(model).encode(rows).to_dense())

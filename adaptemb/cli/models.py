@@ -62,7 +62,7 @@ def fit_command(
     param: ParamOption = None,
     key: KeyOption = None,
     stream: Annotated[bool, flag("stream", "Read the file chunk by chunk instead of loading it (files larger "
-                                 "than memory; .npy, .parquet, .safetensors): methods that train by minibatches "
+                                 "than memory; any format --input reads): methods that train by minibatches "
                                  "read every row, the others fit a uniform sample.")] = False,
     engine: Annotated[Engine, typer.Option("--engine", help="With --stream: local (this process reads) or ray (Ray "
                                            "Data reads .parquet / .npy; pip install 'adaptemb\\[ray]').")] = Engine.local,

@@ -92,7 +92,7 @@ BackboneOption = Annotated[str | None, typer.Option(
     "all-MiniLM-L6-v2), efficientnet-lite0, timm:NAME, open_clip:NAME (with --weights) or a saved timm folder.")]
 OldBackboneOption = Annotated[str | None, deprecated_option("--model", replacement="--backbone")]
 InputOption = Annotated[Path, typer.Option(
-    "--input", "-i", help="Embeddings: .npy, .npz, .safetensors, .parquet or .fvecs/.bvecs.")]
+    "--input", "-i", help="Embeddings: .npy, .npz, .safetensors, .parquet, .fvecs, .bvecs or .ivecs.")]
 KeyOption = Annotated[
     str | None, typer.Option("--key", help="Array name in an .npz/.safetensors file, or vector column of a .parquet.")
 ]

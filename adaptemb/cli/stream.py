@@ -37,7 +37,7 @@ INTERRUPTED = 130
 @friendly_errors
 def encode_command(
     inputs: Annotated[list[Path], typer.Option("--input", "-i", help="Embedding files (.npy, .npz, .parquet, "
-                                               ".safetensors, .fvecs/.bvecs), read in the order given; repeat for "
+                                               ".safetensors, .fvecs, .bvecs, .ivecs), read in the order given; repeat for "
                                                "several files.")],
     compressor: CompressorOption = None,
     out: Annotated[Path | None, typer.Option(
