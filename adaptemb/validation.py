@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -86,7 +87,12 @@ def _to_tensor(x: Any, name: str) -> torch.Tensor:
     if isinstance(x, np.ndarray):
         if x.dtype.kind != "f":
             raise TypeError(f"{name} must have a floating dtype ({FLOAT_DTYPES}); got {x.dtype}")
-        return torch.from_numpy(np.ascontiguousarray(x))
+        array = np.ascontiguousarray(x)
+        if array.flags.writeable:
+            return torch.from_numpy(array)
+        with warnings.catch_warnings():  # read-only input (a memory map, arrow buffers): adaptemb only reads it
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            return torch.from_numpy(array)
     raise TypeError(
         f"{name} must be a numpy array or torch tensor of shape (n, d); got {type(x).__name__}. "
         "Load files with adaptemb.load_embeddings(path)."

@@ -74,3 +74,15 @@ def test_search_returns_best_first_ids_and_scores(x: np.ndarray) -> None:
     assert np.all(np.diff(scores, axis=1) <= 0)
     with pytest.raises(ValueError, match="top_k must be an integer >= 1"):
         comp.search(x[:3], comp.encode(x), top_k=0)
+
+
+@pytest.mark.filterwarnings("error")
+def test_read_only_arrays_are_read_without_a_warning() -> None:
+    """A memory-mapped or otherwise read-only array (np.load(mmap_mode="r"), arrow buffers) encodes as a writable
+    copy would, and torch's "not writable" warning does not reach the user."""
+    x = np.random.default_rng(0).standard_normal((200, 16)).astype(np.float32)
+    frozen = x.copy()
+    frozen.setflags(write=False)
+    compressor = adaptemb.fit(frozen, "svd", k=4)
+    np.testing.assert_array_equal(compressor.encode(frozen).to_dense(), adaptemb.fit(x, "svd", k=4).encode(x).to_dense())
+    assert not frozen.flags.writeable and np.array_equal(frozen, x)
