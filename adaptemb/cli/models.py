@@ -31,9 +31,12 @@ from adaptemb.cli.options import (
 )
 from adaptemb.cli.output import console, plural, print_report, write_json
 from adaptemb.data import load_embeddings
+from adaptemb.progress import progress_bar
 from adaptemb.rows import RowStream
 from adaptemb.serialization import save_codes
 
+COMPRESS_ROWS = 65_536
+"""Rows ``compress`` encodes at a time (``Compressor.encode``'s own batch: the codes are the same)."""
 ParamOption = Annotated[
     list[str] | None,
     typer.Option("--param", "-p", help="A method parameter as NAME=VALUE (repeatable), e.g. -p k=64."),
@@ -130,7 +133,13 @@ def compress_command(
     larger than memory use `adaptemb encode`)."""
     fitted = load(chosen(compressor, old_model, new="--compressor/-c", old="--model"))
     embeddings = load_embeddings(input_path, key=key)
-    codes = fitted.encode(embeddings, k=k) if side is Side.doc else fitted.encode_queries(embeddings, k=k)
+    encode = fitted.encode if side is Side.doc else fitted.encode_queries
+    parts = []
+    with progress_bar(total=len(embeddings), desc=f"encode {fitted.name}", unit="rows", unit_scale=True) as bar:
+        for start in range(0, max(len(embeddings), 1), COMPRESS_ROWS):  # rows in memory; batches show progress
+            parts.append(encode(embeddings[start : start + COMPRESS_ROWS], k=k))
+            bar.update(len(parts[-1]))
+    codes = parts[0] if len(parts) == 1 else type(parts[0]).concat(parts)
     save_codes(codes, output)
     console.print(
         f"wrote {plural(len(codes), f'{codes.kind} {side.value} code')} (dim {codes.dim}) to {output}: "
