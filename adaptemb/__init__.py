@@ -29,6 +29,7 @@ from adaptemb.errors import (
 from adaptemb.hookspecs import hookimpl
 from adaptemb.index import Index, SearchResult
 from adaptemb.index.bound import CompressedIndex, Rerank
+from adaptemb.inputs import INPUT_KINDS, InputKind, IntegerEmbeddings, scale_offset_from_ranges
 from adaptemb.linalg import principal_components, unit_rows
 from adaptemb.losses import cosine_distance, info_nce, normalized_mse
 from adaptemb.registry import (
@@ -49,6 +50,7 @@ from adaptemb.train import FitReport, StreamBatches, TrainingConfig, train
 from adaptemb.validation import as_matrix
 
 __all__ = [
+    "INPUT_KINDS",
     "AdaptembError",
     "BinaryCodes",
     "BinarySparseCodes",
@@ -68,6 +70,8 @@ __all__ = [
     "FitReport",
     "Index",
     "IndexRegistry",
+    "InputKind",
+    "IntegerEmbeddings",
     "InvalidConfigError",
     "NotFittedError",
     "ProjectedQueries",
@@ -105,6 +109,7 @@ __all__ = [
     "register_plugin",
     "resolve_device",
     "save_codes",
+    "scale_offset_from_ranges",
     "set_threads",
     "train",
     "unit_rows",

@@ -13,6 +13,7 @@ from adaptemb.compressor import Array, Budgets, Compressor
 from adaptemb.errors import CorruptFileError
 from adaptemb.index.bound import BRUTE_FORCE, CompressedIndex
 from adaptemb.index.brute import ScoreIndex
+from adaptemb.inputs import InputKind, InputSpec
 from adaptemb.registry import CompressorInfo, get_index_registry, get_registry
 from adaptemb.rows import RowStream
 from adaptemb.serialization import (
@@ -37,6 +38,10 @@ def fit(
     pairs: tuple[Array, Array] | None = None,
     labels: Array | None = None,
     key: str | None = None,
+    input_kind: InputKind = "float",
+    input_scale: Any = None,
+    input_offset: Any = None,
+    input_dim: int | None = None,
     **params: Any,
 ) -> Compressor:
     """Fit ``method`` on embeddings ``emb`` (n, d) and return the fitted compressor.
@@ -46,15 +51,24 @@ def fit(
     parameter (training budget for learned sparse methods, default encode budget for the others); methods
     without a budget accept only ``k=None`` or ``k=d``, the same rule as ``encode``. ``pairs``/``labels`` go
     to methods that learn from them.
+
+    Integer embeddings you already have come in with ``input_kind``: ``"int8"`` (an int8 array, dequantised as
+    ``input_offset + input_scale * x``, defaults 0.0 and 1.0, each a number or one per dimension) or
+    ``"ubinary"`` (sign bits packed 8 per byte, uint8 (n, ceil(d / 8)), read as ±1; ``input_dim`` = d when d is
+    not 8 times the width). ``int8`` keeps int8 input as its codes and ``binary`` (``threshold="zero"``) keeps
+    packed bits as its codes; see ``adaptemb.inputs``.
     """
     cls = get_registry().get(method)
+    spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
     if k is not None and "k" not in cls.Config.model_fields:  # no budget: the rule encode applies
         shape = getattr(emb, "shape", ())  # validating emb here too would read it twice: fit() validates it
         if len(shape) == 2:
-            Budgets.unbudgeted(int(shape[1])).resolve(k, method)
+            width = int(shape[1]) if spec.kind != "ubinary" else spec.dim or 8 * int(shape[1])
+            Budgets.unbudgeted(width).resolve(k, method)
     elif k is not None:
         params["k"] = k
-    return cls(**params).fit(emb, pairs=pairs, labels=labels, key=key)
+    return cls(**params).fit(emb, pairs=pairs, labels=labels, key=key, input_kind=input_kind, input_scale=input_scale,
+                             input_offset=input_offset, input_dim=input_dim)
 
 
 def compress(
@@ -64,15 +78,21 @@ def compress(
     k: int | None = None,
     pairs: tuple[Array, Array] | None = None,
     labels: Array | None = None,
+    input_kind: InputKind = "float",
+    input_scale: Any = None,
+    input_offset: Any = None,
+    input_dim: int | None = None,
     **params: Any,
 ) -> Codes:
     """Fit ``method`` on ``emb`` and return the codes of ``emb`` at budget ``k`` (an array: for rows larger than
-    memory, ``fit`` the files and write their codes with ``encode_files``)."""
+    memory, ``fit`` the files and write their codes with ``encode_files``). ``input_kind`` and its options read
+    integer embeddings, as in ``fit``."""
     if RowStream.of(emb) is not None:
         raise TypeError("compress() needs the embeddings as an array; for files or batches larger than memory, "
                         "fit(paths, method) then encode_files(paths, compressor, out_dir)")
-    compressor = fit(emb, method, k=k, pairs=pairs, labels=labels, **params)
-    return compressor.encode(emb, k=k)
+    inputs = {"input_kind": input_kind, "input_scale": input_scale, "input_offset": input_offset, "input_dim": input_dim}
+    compressor = fit(emb, method, k=k, pairs=pairs, labels=labels, **inputs, **params)
+    return compressor.encode(emb, k=k, **inputs)
 
 
 def load(path: str | Path) -> Compressor:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
@@ -25,6 +27,7 @@ from adaptemb.errors import (
 from adaptemb.export import OnnxParity, export_checked
 from adaptemb.index.bound import CompressedIndex
 from adaptemb.index.brute import ScoreIndex
+from adaptemb.inputs import InputKind, InputSpec, IntegerEmbeddings
 from adaptemb.registry import get_index_registry
 from adaptemb.rows import RowStream
 from adaptemb.serialization import COMPRESSOR_FORMAT, FORMAT_VERSION, read_adaptemb_file, write_tensors
@@ -115,6 +118,45 @@ class Budgets:
         return budget
 
 
+_INPUT_PARAMETERS = ("input_kind", "input_scale", "input_offset", "input_dim")
+
+
+def _reading_input_kinds(func: Callable[..., Codes], *, queries: bool) -> Callable[..., Codes]:
+    """Give ``encode`` / ``encode_queries`` (a method's own override included) the ``input_kind`` options.
+
+    Float input goes to ``func`` untouched. Integer input is read by ``adaptemb.inputs``: a method that lists
+    the kind in ``accepts_input_kinds`` keeps the integers as its codes (``_encode_passthrough``; on the query
+    side only when it scores queries like documents), any other gets the dequantised float32 rows.
+    """
+    if getattr(func, "_reads_input_kinds", False):
+        return func
+
+    @functools.wraps(func)
+    def wrapper(self: Compressor, x: Any, k: int | None = None, *args: Any, input_kind: InputKind = "float",
+                input_scale: Any = None, input_offset: Any = None, input_dim: int | None = None, **kwargs: Any) -> Codes:
+        spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
+        name = "queries" if queries else "embeddings"
+        if spec.is_float:
+            spec.read(x, name=name)  # only refuses integer arrays, naming input_kind; the rest is func's to check
+            return func(self, x, k, *args, **kwargs)
+        self._require_fitted()
+        given = spec.read(x, name=name, dim=self.dim)
+        assert given is not None
+        if given.kind in self.accepts_input_kinds and (not queries or self._scores_symmetrically()):
+            self.budgets().resolve(k, self.name)
+            return self._encode_passthrough(given)
+        return func(self, torch.from_numpy(given.to_float()), k, *args, **kwargs)
+
+    signature = inspect.signature(func)
+    params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default="float" if name == "input_kind" else None)
+             for name in _INPUT_PARAMETERS]
+    tail = [p for p in signature.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+    wrapper.__signature__ = signature.replace(parameters=[*params, *extra, *tail])  # type: ignore[attr-defined]
+    wrapper._reads_input_kinds = True  # type: ignore[attr-defined]
+    return wrapper
+
+
 class Compressor(ABC):
     """Fit on frozen embeddings once, then encode at any supported budget ``k``.
 
@@ -140,6 +182,17 @@ class Compressor(ABC):
     stream_sample_rows: ClassVar[int] = 100_000
     """Rows of a uniform sample a fit from a stream draws: what ``_fit_stream`` fits on by default, and what a
     method that trains on every row of the stream takes its initialisation statistics from."""
+    accepts_input_kinds: ClassVar[tuple[str, ...]] = ()
+    """Integer input kinds (``"int8"``, ``"ubinary"``) this method keeps as its codes, without re-quantising:
+    ``fit`` then calls ``_fit_passthrough`` and ``encode`` ``_encode_passthrough`` with the validated
+    ``IntegerEmbeddings``. Every other method gets such input dequantised to float32 (see ``adaptemb.inputs``)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, queries in (("encode", False), ("encode_queries", True)):  # overrides take input_kind too
+            own = cls.__dict__.get(name)
+            if inspect.isfunction(own):
+                setattr(cls, name, _reading_input_kinds(own, queries=queries))
 
     def __init__(self, config: CompressorConfig | None = None, **params: Any) -> None:
         if config is not None and params:
@@ -198,8 +251,16 @@ class Compressor(ABC):
         return type(self).encode_queries is Compressor.encode_queries and type(self).score is Compressor.score
 
     def fit(self: _Self, x: Array | str | Path | Sequence[str | Path] | RowStream | Iterable[Array] | Callable[[], Iterable[Array]],  # noqa: PYI019 (typing.Self is 3.11+; 3.10 is supported)
-            *, pairs: tuple[Array, Array] | None = None, labels: Array | None = None, key: str | None = None) -> _Self:
+            *, pairs: tuple[Array, Array] | None = None, labels: Array | None = None, key: str | None = None,
+            input_kind: InputKind = "float", input_scale: Any = None, input_offset: Any = None,
+            input_dim: int | None = None) -> _Self:
         """Fit on embeddings ``x`` (n, d); ``pairs`` or ``labels`` where the method learns from them.
+
+        ``input_kind``: ``"float"`` (default), ``"int8"`` (an int8 array, read as ``input_offset + input_scale *
+        x``; defaults 0.0 and 1.0, each a number or one per dimension) or ``"ubinary"`` (sign bits packed 8 per
+        byte, uint8 (n, ceil(d / 8)), read as ±1; ``input_dim`` is d when it is not 8 times the width). A method
+        listing the kind in ``accepts_input_kinds`` keeps the integers as its codes (``int8``; ``binary`` with
+        ``threshold="zero"``). ``pairs`` are read with the same ``input_kind``. See ``adaptemb.inputs``.
 
         ``x`` may also be larger than memory: a path or list of paths (``.npy``, ``.parquet``, ``.safetensors``;
         ``key`` names the column or tensor), a list of 2-D arrays, a callable returning a fresh iterator of
@@ -207,26 +268,38 @@ class Compressor(ABC):
         then read every row once per epoch; the others fit on a uniform sample of ``stream_sample_rows`` rows.
         ``fit_report["stream"]`` says which. ``labels`` need the rows in memory; ``pairs`` are always arrays.
         """
+        spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
         stream = RowStream.of(x, key=key, nonzero_rows=self.normalizes_rows)
         if stream is not None:
+            if not spec.is_float:
+                raise InvalidConfigError(f"input_kind={input_kind!r} applies to an array in memory; files, batches and "
+                                         "streams are read as float embeddings")
             if labels is not None:
                 raise ValueError("labels must line up with rows held in memory: fit on an array to use labels "
                                  "(a stream's rows are read in shuffled chunks); pairs work with streams")
             return self._fit_from(stream, pairs)
         if key is not None:
             raise TypeError("key names a column or tensor of a file; pass it with a path, not an array")
-        matrix = as_matrix(x, nonzero_rows=self.normalizes_rows)
+        given = spec.read(x)
+        passthrough = given is not None and given.kind in self.accepts_input_kinds
+        matrix = None if passthrough else as_matrix(x if given is None else torch.from_numpy(given.to_float()),
+                                                    nonzero_rows=self.normalizes_rows)
+        n, dim = (len(given), given.dim) if given is not None else matrix.shape  # type: ignore[union-attr]
         supervision: dict[str, Any] = {}
         if pairs is not None:
-            supervision["pairs"] = self._check_pairs(pairs, matrix.shape[1])
+            supervision["pairs"] = self._check_pairs(pairs, dim, spec)
         if labels is not None:
             self._require_fit_input("labels")
             supervision["labels"] = torch.from_numpy(
-                as_vector(labels, name="labels", length=matrix.shape[0], integer=True).astype(np.int64)
+                as_vector(labels, name="labels", length=n, integer=True).astype(np.int64)
             )
         with compute_threads():  # sized to the free cores of the machine (see adaptemb.threads)
-            self._fit(matrix, **supervision)
-        self.dim = matrix.shape[1]
+            if matrix is None:
+                assert given is not None
+                self._fit_passthrough(given, **supervision)
+            else:
+                self._fit(matrix, **supervision)
+        self.dim = dim
         return self
 
     @property
@@ -260,8 +333,12 @@ class Compressor(ABC):
         self._require_fitted()
         return self._budgets()
 
+    @functools.partial(_reading_input_kinds, queries=False)
     def encode(self, x: Array, k: int | None = None, *, batch_size: int = 65536) -> Codes:
-        """Encode embeddings ``x`` (n, d) at budget ``k`` (``None``: the method's default)."""
+        """Encode embeddings ``x`` (n, d) at budget ``k`` (``None``: the method's default).
+
+        ``input_kind`` / ``input_scale`` / ``input_offset`` / ``input_dim`` (keyword-only, on every method's
+        ``encode`` and ``encode_queries``) read integer embeddings as ``fit`` does."""
         self._require_fitted()
         budget = self.budgets().resolve(k, self.name)
         matrix = as_matrix(x, dim=self.dim, nonzero_rows=self.normalizes_rows)
@@ -271,6 +348,7 @@ class Compressor(ABC):
             parts = [self._encode(matrix[i : i + batch_size], budget) for i in range(0, len(matrix), batch_size)]
         return parts[0] if len(parts) == 1 else type(parts[0]).concat(parts)
 
+    @functools.partial(_reading_input_kinds, queries=True)
     def encode_queries(self, x: Array, k: int | None = None) -> Codes:
         """Encode queries for ``score``. Same as ``encode`` unless the method scores asymmetrically
         (for example a dense query projected through a decoder against sparse document codes)."""
@@ -367,14 +445,18 @@ class Compressor(ABC):
                 high = middle - 1
         return options[low]
 
-    def search(self, queries: Array, doc_codes: Codes, top_k: int = 10, *, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: Array, doc_codes: Codes, top_k: int = 10, *, k: int | None = None,
+               input_kind: InputKind = "float", input_scale: Any = None, input_offset: Any = None,
+               input_dim: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Exact search of ``queries`` (raw embeddings) in ``doc_codes``: (scores, ids), each (n_queries, top_k).
 
         Builds ``index(doc_codes, k=k)`` for this one call; build it once with ``index`` to search many times.
+        ``input_kind`` and its options say how to read integer queries (as in ``fit``).
         """
         if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
             raise ValueError(f"top_k must be an integer >= 1; got {top_k!r}")
-        return self.index(doc_codes, k=k).search(queries, top_k)
+        return self.index(doc_codes, k=k).search(queries, top_k, input_kind=input_kind, input_scale=input_scale,
+                                                 input_offset=input_offset, input_dim=input_dim)
 
     def encoder(self, k: int) -> torch.nn.Module:
         """The encode path at budget ``k`` as one torch module (the ONNX export path): float32 (n, d) in, a tuple
@@ -508,6 +590,14 @@ class Compressor(ABC):
     def _decode(self, codes: Codes) -> torch.Tensor:
         raise NotImplementedError(f"{self.name} cannot decode codes back to embeddings")
 
+    def _fit_passthrough(self, given: IntegerEmbeddings, **supervision: Any) -> None:
+        """Fit from integer embeddings of a kind in ``accepts_input_kinds``, kept as they are (no calibration)."""
+        raise NotImplementedError(f"{self.name} lists {given.kind!r} in accepts_input_kinds but has no _fit_passthrough")
+
+    def _encode_passthrough(self, given: IntegerEmbeddings) -> Codes:
+        """The codes of integer embeddings of a kind in ``accepts_input_kinds``: the given integers themselves."""
+        raise NotImplementedError(f"{self.name} lists {given.kind!r} in accepts_input_kinds but has no _encode_passthrough")
+
     # -- helpers ------------------------------------------------------------------------------
 
     def _require_fitted(self) -> None:
@@ -519,12 +609,19 @@ class Compressor(ABC):
             accepted = ", ".join(sorted(self.fit_inputs)) or "only the embeddings"
             raise InvalidConfigError(f"{self.name} does not learn from {kind}; it accepts {accepted}")
 
-    def _check_pairs(self, pairs: tuple[Array, Array], dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _check_pairs(self, pairs: tuple[Array, Array], dim: int,
+                     spec: InputSpec | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         self._require_fit_input("pairs")
         if not isinstance(pairs, (tuple, list)) or len(pairs) != 2:
             raise TypeError("pairs must be a tuple (anchors, positives) of two (m, d) arrays")
-        anchors = as_matrix(pairs[0], name="pair anchors", dim=dim, nonzero_rows=self.normalizes_rows)
-        positives = as_matrix(pairs[1], name="pair positives", dim=dim, nonzero_rows=self.normalizes_rows)
+        spec = spec or InputSpec()
+
+        def read(x: Array, name: str) -> torch.Tensor:
+            given = spec.read(x, name=name, dim=dim)
+            rows = x if given is None else torch.from_numpy(given.to_float())
+            return as_matrix(rows, name=name, dim=dim, nonzero_rows=self.normalizes_rows)
+
+        anchors, positives = read(pairs[0], "pair anchors"), read(pairs[1], "pair positives")
         if anchors.shape != positives.shape:
             raise ValueError(f"pair anchors {tuple(anchors.shape)} and positives {tuple(positives.shape)} differ in shape")
         return anchors, positives

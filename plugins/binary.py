@@ -16,6 +16,8 @@ from adaptemb import (
     Compressor,
     CompressorConfig,
     CompressorRegistry,
+    IntegerEmbeddings,
+    InvalidConfigError,
     Rerank,
     as_matrix,
     hookimpl,
@@ -39,11 +41,30 @@ class BinaryCompressor(Compressor):
     Config = BinaryConfig
     budget_help = "no budget: keeps 1 bit for each of the d dims"
     doc_kind = "binary"
+    accepts_input_kinds = ("ubinary",)
     config: BinaryConfig
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
         mean = x.double().mean(dim=0).float()
         self._threshold = mean if self.config.threshold == "mean" else torch.zeros_like(mean)
+
+    def _fit_passthrough(self, given: IntegerEmbeddings, **supervision: object) -> None:
+        """Packed sign bits (``input_kind="ubinary"``) are the codes of ``threshold="zero"``; no calibration."""
+        self._require_sign_bits("fit on")
+        self._threshold = torch.zeros(given.dim)
+
+    def _encode_passthrough(self, given: IntegerEmbeddings) -> Codes:
+        """The given bits as the codes, bit for bit (what this compressor gives the float rows they are x > 0 of)."""
+        self._require_sign_bits("encode")
+        return BinaryCodes(given.values.copy(), given.dim)
+
+    def _require_sign_bits(self, action: str) -> None:
+        if self.config.threshold != "zero":
+            raise InvalidConfigError(
+                f"binary cannot {action} packed sign bits (input_kind='ubinary') with threshold={self.config.threshold!r}: "
+                "the bits are x > 0, while this threshold sets bit j when x_j exceeds the per-dimension mean of the float "
+                "rows, which the bits no longer tell. Use binary with threshold='zero' to keep the given bits as the codes"
+            )
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
         (packed,) = self.encoder(k)(x)

@@ -14,6 +14,8 @@ from adaptemb import (
     Compressor,
     CompressorConfig,
     CompressorRegistry,
+    IntegerEmbeddings,
+    InvalidConfigError,
     QuantizedCodes,
     hookimpl,
 )
@@ -38,6 +40,7 @@ class Int8Compressor(Compressor):
     Config = Int8Config
     budget_help = "no budget: keeps all d dims at 1 byte each"
     doc_kind = "int8"
+    accepts_input_kinds = ("int8",)
     config: Int8Config
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
@@ -52,6 +55,33 @@ class Int8Compressor(Compressor):
             low, high = torch.from_numpy(bounds[0]).float(), torch.from_numpy(bounds[1]).float()
         self._offset = ((low + high) / 2).contiguous()
         self._scale = ((high - low) / (2 * _LEVELS)).contiguous()
+
+    def _fit_passthrough(self, given: IntegerEmbeddings, **supervision: object) -> None:
+        """int8 input (``input_kind="int8"``): no calibration; the input's scale and offset are the compressor's."""
+        explicit = sorted(self.config.model_fields_set & {"calibration", "quantile"})
+        if explicit:
+            raise InvalidConfigError(
+                f"int8 keeps int8 input as it is (its codes are the given values, with input_scale and input_offset), "
+                f"so it calibrates nothing: {' and '.join(explicit)} {'does' if len(explicit) == 1 else 'do'} not apply; leave "
+                "them out, or fit on float embeddings"
+            )
+        assert given.scale is not None and given.offset is not None
+        self._scale = torch.from_numpy(given.scale.copy())
+        self._offset = torch.from_numpy(given.offset.copy())
+
+    def _encode_passthrough(self, given: IntegerEmbeddings) -> Codes:
+        """The given int8 values as the codes, byte for byte, when they share this compressor's scale and offset."""
+        assert given.scale is not None and given.offset is not None
+        scale, offset = self._scale.numpy(), self._offset.numpy()
+        if not (np.array_equal(given.scale, scale) and np.array_equal(given.offset, offset)):
+            which = [name for name, a, b in (("input_scale", given.scale, scale), ("input_offset", given.offset, offset))
+                     if not np.array_equal(a, b)]
+            raise ValueError(
+                f"these int8 embeddings come with another {' and '.join(which)} than this int8 compressor's calibration "
+                f"(scale {_describe(scale)}, offset {_describe(offset)}); int8 keeps int8 input as it is, so it needs "
+                "the values it was fitted with: pass those, or fit int8 on these embeddings (input_kind='int8')"
+            )
+        return QuantizedCodes(given.values.copy(), scale, offset)
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
         (codes,) = self.encoder(k)(x)
@@ -74,6 +104,12 @@ class Int8Compressor(Compressor):
         self._scale, self._offset = tensors["scale"], tensors["offset"]
         if self._scale.shape != self._offset.shape or self._scale.ndim != 1:
             raise ValueError("scale and offset must be 1-D tensors of equal length")
+
+
+def _describe(values: np.ndarray) -> str:
+    """One value when all are equal, else the range: for error messages."""
+    low, high = float(values.min()), float(values.max())
+    return f"{low:.6g}" if low == high else f"{low:.6g}..{high:.6g} per dimension"
 
 
 class _Quantise(torch.nn.Module):

@@ -20,9 +20,11 @@ import numpy as np
 import torch
 
 from adaptemb.codes import Codes
+from adaptemb.errors import InvalidConfigError
 from adaptemb.index.base import Index, SearchResult
 from adaptemb.index.brute import ScoreIndex
 from adaptemb.index.funnel import rerank
+from adaptemb.inputs import InputKind, InputSpec
 from adaptemb.serialization import FORMAT_VERSION, INDEX_FORMAT, write_tensors
 
 BRUTE_FORCE = "score-function"
@@ -34,7 +36,7 @@ class QueryEncoder(Protocol):
 
     name: str
 
-    def encode_queries(self, x: Any, k: int | None = None) -> Codes: ...
+    def encode_queries(self, x: Any, k: int | None = None, **inputs: Any) -> Codes: ...
 
     def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray: ...
 
@@ -87,23 +89,37 @@ class CompressedIndex:
         """Bytes of the backend's own search structure, where it reports them."""
         return getattr(self.inner, "nbytes", None)
 
-    def encode_queries(self, queries: Any) -> Codes:
-        """Raw query embeddings as this index's query codes."""
-        return self.compressor.encode_queries(queries, k=self.budget)
+    def encode_queries(self, queries: Any, *, input_kind: InputKind = "float", input_scale: Any = None,
+                       input_offset: Any = None, input_dim: int | None = None) -> Codes:
+        """Raw query embeddings as this index's query codes (``input_kind`` and its options as in ``Compressor.fit``)."""
+        inputs = {"input_kind": input_kind, "input_scale": input_scale, "input_offset": input_offset, "input_dim": input_dim}
+        if InputSpec.of(**inputs).is_float:  # a compressor written before input kinds existed is still served
+            return self.compressor.encode_queries(queries, k=self.budget)
+        return self.compressor.encode_queries(queries, k=self.budget, **inputs)
 
-    def search(self, queries: Any, top_k: int = 10) -> SearchResult:
+    def search(self, queries: Any, top_k: int = 10, *, input_kind: InputKind = "float", input_scale: Any = None,
+               input_offset: Any = None, input_dim: int | None = None) -> SearchResult:
         """The ``top_k`` best documents of each query: (scores, ids), each (n_queries, top_k), best first.
 
-        ``queries`` are raw embeddings (numpy or torch, (n, d)) or query codes from ``encode_queries``.
+        ``queries`` are raw embeddings (numpy or torch, (n, d)) or query codes from ``encode_queries``. Integer
+        query embeddings need ``input_kind`` (``"int8"`` with ``input_scale`` / ``input_offset``, or ``"ubinary"``
+        with ``input_dim``), read as ``Compressor.fit`` reads them.
         """
-        codes = queries if isinstance(queries, Codes) else self.encode_queries(queries)
+        spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
+        if isinstance(queries, Codes) and not spec.is_float:
+            raise InvalidConfigError(f"input_kind={input_kind!r} describes raw query embeddings; these are query codes "
+                                     "already (leave input_kind at 'float')")
+        codes = queries if isinstance(queries, Codes) else self.encode_queries(
+            queries, input_kind=input_kind, input_scale=input_scale, input_offset=input_offset, input_dim=input_dim)
         if self.second_stage is None:
             return self.inner.search(codes, top_k)
         if isinstance(queries, Codes):
             raise TypeError("this index reranks with float query vectors: pass query embeddings, not query codes")
         stage = self.second_stage
         _, candidates = self.inner.search(codes, max(stage.shortlist, top_k))
-        return rerank(stage.queries(queries), stage.docs, candidates, top_k)
+        given = spec.read(queries, name="queries", dim=getattr(self.compressor, "dim", None))
+        floats = queries if given is None else torch.from_numpy(given.to_float())  # the rerank side is float
+        return rerank(stage.queries(floats), stage.docs, candidates, top_k)
 
     def save(self, path: str | Path) -> Path:
         """Write the index (compressor, document codes, backend options) to one safetensors file, atomically."""
