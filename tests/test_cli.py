@@ -210,3 +210,37 @@ def test_typer_control_flow_passes_through_the_error_mapping(error: BaseExceptio
     result = runner.invoke(_app_raising(error), [])
     assert result.exit_code == code, result.output
     assert text in result.output and "Traceback" not in result.output
+
+
+def test_integer_embeddings_from_files_with_input_kind(tmp_path: Path) -> None:
+    """int8 and packed-bit files come in through --input-kind (never guessed): int8 keeps the bytes, binary the bits,
+    other methods dequantise with --input-scale / --input-offset (a number or an .npy of d values)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((300, 24)).astype(np.float32)
+    np.save(values := tmp_path / "int8.npy", np.clip(np.round(x * 40), -128, 127).astype(np.int8))
+    np.save(scales := tmp_path / "scales.npy", np.full(24, 1 / 40, dtype=np.float32))
+    np.save(bits := tmp_path / "bits.npy", np.packbits(x > 0, axis=1))
+    refused = runner.invoke(app, ["fit", "-m", "svd", "-i", str(values), "-o", str(tmp_path / "no.safetensors")])
+    assert refused.exit_code == 2 and "input_kind='int8'" in refused.output
+    kept = tmp_path / "int8.safetensors"
+    fitted = runner.invoke(app, ["fit", "-m", "int8", "-i", str(values), "-o", str(kept), "--input-kind", "int8",
+                                 "--input-scale", str(scales)])
+    assert fitted.exit_code == 0, fitted.output
+    coded = runner.invoke(app, ["compress", "-c", str(kept), "-i", str(values), "-o", str(tmp_path / "c.npz"),
+                                "--input-kind", "int8", "--input-scale", str(scales)])
+    assert coded.exit_code == 0, coded.output
+    np.testing.assert_array_equal(adaptemb.load_codes(tmp_path / "c.npz").to_arrays()["codes"], np.load(values))
+    svd = tmp_path / "svd.safetensors"
+    assert runner.invoke(app, ["fit", "-m", "svd", "-i", str(values), "-o", str(svd), "--input-kind", "int8",
+                               "--input-scale", "0.025", "-p", "k=8"]).exit_code == 0
+    direct = adaptemb.fit(np.load(values).astype(np.float32) * np.float32(0.025), "svd", k=8)
+    np.testing.assert_allclose(adaptemb.load(svd).encode(x).to_dense(), direct.encode(x).to_dense(), atol=1e-5)
+    binary = tmp_path / "binary.safetensors"
+    assert runner.invoke(app, ["fit", "-m", "binary", "-i", str(bits), "-o", str(binary), "--input-kind", "ubinary",
+                               "-p", "threshold=zero"]).exit_code == 0
+    assert runner.invoke(app, ["compress", "-c", str(binary), "-i", str(bits), "-o", str(tmp_path / "b.npz"),
+                               "--input-kind", "ubinary"]).exit_code == 0
+    np.testing.assert_array_equal(adaptemb.load_codes(tmp_path / "b.npz").to_arrays()["packed"], np.load(bits))
+    streamed = runner.invoke(app, ["fit", "-m", "svd", "-i", str(values), "-o", str(tmp_path / "s.safetensors"),
+                                   "--stream", "--input-kind", "int8"])
+    assert streamed.exit_code == 2 and "--stream reads float embeddings" in streamed.output

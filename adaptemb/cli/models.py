@@ -20,7 +20,12 @@ from adaptemb.cli.options import (
     BudgetOption,
     CompressorOption,
     Engine,
+    InputDimOption,
+    InputKind,
+    InputKindOption,
+    InputOffsetOption,
     InputOption,
+    InputScaleOption,
     KeyOption,
     OldBackboneOption,
     OldCompressorOption,
@@ -28,6 +33,7 @@ from adaptemb.cli.options import (
     chosen,
     deprecated,
     flag,
+    input_options,
 )
 from adaptemb.cli.output import console, plural, print_report, write_json
 from adaptemb.data import load_embeddings
@@ -79,9 +85,16 @@ def fit_command(
         "--labels", help="One integer class label per input row (.npy or .npz), for methods that learn from labels.")] = None,
     report: Annotated[Path | None, typer.Option(
         "--report", help="Also write the whole fit report (every loss and statistic) to this JSON file.")] = None,
+    input_kind: InputKindOption = InputKind.float,
+    input_scale: InputScaleOption = None,
+    input_offset: InputOffsetOption = None,
+    input_dim: InputDimOption = None,
 ) -> None:
     """Fit a compressor on an embedding file and save it as one safetensors file."""
     params = parse_params(param or [])
+    inputs = input_options(input_kind, input_scale, input_offset, input_dim)
+    if stream and input_kind is not InputKind.float:
+        raise ValueError("--stream reads float embeddings; integer embeddings (--input-kind) are fitted in memory")
     if not stream and (engine is not Engine.local or ray_address is not None):
         raise ValueError("--engine and --ray-address choose how a stream is read: add --stream")
     supervision = _supervision(pair_queries, pair_documents, labels)
@@ -90,7 +103,7 @@ def fit_command(
         source: Any = RowStream.through_ray(input_path, key=key, address=ray_address) if ray else input_path
         compressor = fit_compressor(source, method, key=None if ray else key, **supervision, **params)
     else:
-        compressor = fit_compressor(load_embeddings(input_path, key=key), method, **supervision, **params)
+        compressor = fit_compressor(load_embeddings(input_path, key=key), method, **supervision, **inputs, **params)
     compressor.save(output)
     budgets = compressor.budgets()
     console.print(
@@ -127,17 +140,22 @@ def compress_command(
         "--side", help="doc: document codes (encode); query: query codes (encode_queries), which asymmetric "
         "methods (csr, bsa) make differently.")] = Side.doc,
     key: KeyOption = None,
+    input_kind: InputKindOption = InputKind.float,
+    input_scale: InputScaleOption = None,
+    input_offset: InputOffsetOption = None,
+    input_dim: InputDimOption = None,
     old_model: OldCompressorOption = None,
 ) -> None:
     """Encode an embedding file with a fitted compressor and write the codes file (all in memory; for files
     larger than memory use `adaptemb encode`)."""
     fitted = load(chosen(compressor, old_model, new="--compressor/-c", old="--model"))
+    inputs = input_options(input_kind, input_scale, input_offset, input_dim)
     embeddings = load_embeddings(input_path, key=key)
     encode = fitted.encode if side is Side.doc else fitted.encode_queries
     parts = []
     with progress_bar(total=len(embeddings), desc=f"encode {fitted.name}", unit="rows", unit_scale=True) as bar:
         for start in range(0, max(len(embeddings), 1), COMPRESS_ROWS):  # rows in memory; batches show progress
-            parts.append(encode(embeddings[start : start + COMPRESS_ROWS], k=k))
+            parts.append(encode(embeddings[start : start + COMPRESS_ROWS], k=k, **inputs))
             bar.update(len(parts[-1]))
     codes = parts[0] if len(parts) == 1 else type(parts[0]).concat(parts)
     save_codes(codes, output)

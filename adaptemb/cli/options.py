@@ -13,7 +13,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import numpy as np
 import typer
+
+from adaptemb.serialization import existing_file
 
 _T = TypeVar("_T")
 
@@ -99,7 +102,36 @@ KeyOption = Annotated[
 BudgetOption = Annotated[int | None, typer.Option(
     "--k", "-k", help="Budget: active dims per code (default: the method's).")]
 InputKindOption = Annotated[InputKind, typer.Option(
-    "--input-kind", help="What the input values are: float embeddings, or int8 / ubinary (packed sign bits) "
-    "embeddings as providers return them; see the guide's 'Integer embeddings'.")]
-InputScaleOption = Annotated[float | None, typer.Option(
-    "--input-scale", help="With --input-kind int8: the dequantisation scale (float = int8 * scale).")]
+    "--input-kind", help="What the input values are: float embeddings, or int8 / ubinary (sign bits packed 8 per "
+    "byte) embeddings as providers return them; never guessed from the dtype (guide: 'Integer embeddings').")]
+InputScaleOption = Annotated[str | None, typer.Option(
+    "--input-scale", help="--input-kind int8: x = offset + scale * value; a number or an .npy of d scales (default 1).")]
+InputOffsetOption = Annotated[str | None, typer.Option(
+    "--input-offset", help="--input-kind int8: the offset, a number or an .npy of d offsets (default 0).")]
+InputDimOption = Annotated[int | None, typer.Option(
+    "--input-dim", min=1, help="--input-kind ubinary: the true dimension when it is not 8 x the bytes per row.")]
+
+
+def number_or_array(text: str | None, option: str) -> float | np.ndarray | None:
+    """An ``--input-scale`` / ``--input-offset`` value: a number, or an .npy file of one value per dimension."""
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    path = Path(text)
+    if path.suffix.lower() != ".npy":
+        raise ValueError(f"{option} must be a number or an .npy file of one value per dimension; got {text!r}")
+    return np.load(existing_file(path), allow_pickle=False)
+
+
+def input_options(kind: InputKind, scale: str | None, offset: str | None, dim: int | None) -> dict[str, Any]:
+    """The ``input_kind`` keyword arguments of ``fit`` / ``encode`` from the command-line options (only those given,
+    so a float run passes none and the library checks the combination)."""
+    options: dict[str, Any] = {"input_kind": kind.value}
+    for name, value in (("input_scale", number_or_array(scale, "--input-scale")),
+                        ("input_offset", number_or_array(offset, "--input-offset")), ("input_dim", dim)):
+        if value is not None:
+            options[name] = value
+    return options
