@@ -11,9 +11,10 @@ happens above it (``Compressor.from_saved``, ``adaptemb.load``, ``adaptemb.load_
 * A codes file is an ``.npz`` holding the arrays of ``Codes.to_arrays()`` and a JSON header in
   ``__adaptemb__`` (``format="adaptemb.codes"``, ``kind``, ``dim``, ``n``).
 
-Every write goes to a temporary file in the target folder and is renamed into place, so a failed write
-leaves nothing behind. Every safetensors read takes the header and the tensors from one read of the
-file, so a concurrent atomic replace can never mix two files.
+Every write goes to a temporary file in the target folder (created with its missing parents) and is
+renamed into place, so a failed write leaves nothing behind, not even the folders it created. Every
+safetensors read takes the header and the tensors from one read of the file, so a concurrent atomic
+replace can never mix two files.
 """
 
 from __future__ import annotations
@@ -48,14 +49,20 @@ _MANIFEST = "tensors"
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     """Call ``write(tmp_path)`` and rename the result onto ``path``; remove it on any failure.
 
-    A file that ``path`` replaces keeps its permission bits (a private 0600 model stays private)."""
+    Missing parent folders are created first (the temporary file lives in the target's own folder, so the
+    rename stays atomic); when the write fails, the folders this call created are removed again if they
+    are still empty. A file that ``path`` replaces keeps its permission bits (a private 0600 model stays
+    private)."""
     target = Path(path)
     if target.is_dir():
         raise IsADirectoryError(f"{target} is a directory; give a file path")
-    if not target.parent.exists():
-        raise FileNotFoundError(f"folder {target.parent} does not exist")
-    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o666 & ~_current_umask()
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    created = make_parents(target)
+    try:
+        mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o666 & ~_current_umask()
+        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except BaseException:
+        remove_empty_folders(created)
+        raise
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -66,8 +73,43 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
+        remove_empty_folders(created)
         raise
     return target
+
+
+def make_parents(path: str | Path) -> list[Path]:
+    """Create the missing folders above ``path``; return the ones created, outermost first.
+
+    ``NotADirectoryError`` when something above ``path`` is a file."""
+    folder = Path(path).parent
+    missing: list[Path] = []
+    while not folder.exists():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{folder} is a file, not a folder: {Path(path)} cannot be written below it")
+    created = []
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:  # made meanwhile by another writer: not ours to remove
+            if not folder.is_dir():
+                raise
+            continue
+        created.append(folder)
+    return created
+
+
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove ``folders`` (as ``make_parents`` returned them), innermost first, while they are empty."""
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (another writer's file) or already gone: leave it and what is above
+            return
 
 
 def _current_umask() -> int:

