@@ -87,5 +87,5 @@ def test_build_fashion_mnist_tiny_with_the_real_backbone(tmp_path: Path) -> None
     np.testing.assert_allclose(np.linalg.norm(dataset.corpus, axis=1), 1.0, atol=1e-5)
     for query in range(2):  # relevant rows share the query's class
         assert np.all(dataset.labels[dataset.qrels[query].indices] == dataset.query_labels[query])
-    offline = runner.invoke(app, [*args[:-1], "--model", "timm:resnet18"])
+    offline = runner.invoke(app, [*args[:-1], "--backbone", "timm:resnet18"])
     assert offline.exit_code == 2 and "give a local path" in offline.output

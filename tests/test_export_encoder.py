@@ -217,12 +217,12 @@ def test_cli_export_encoder(tiny_bert: Path, tmp_path: Path) -> None:
     comp = _fit("int8", 32)
     comp.save(tmp_path / "int8.safetensors")
     runner = CliRunner()
-    result = runner.invoke(app, ["export-encoder", "--model", str(tiny_bert), "--compressor",
+    result = runner.invoke(app, ["export-encoder", "--backbone", str(tiny_bert), "--compressor",
                                  str(tmp_path / "int8.safetensors"), "-o", str(tmp_path / "int8.onnx")])
     assert result.exit_code == 0, result.output
     assert "codes int8 (batch, 32)" in result.output and "index/bit/code entries identical" in result.output
     assert (tmp_path / "int8.onnx").is_file() and (tmp_path / "tokenizer.json").is_file()
-    bad = runner.invoke(app, ["export-encoder", "--model", str(tmp_path / "nothing-here"), "--compressor",
+    bad = runner.invoke(app, ["export-encoder", "--backbone", str(tmp_path / "nothing-here"), "--compressor",
                               str(tmp_path / "int8.safetensors"), "-o", str(tmp_path / "bad.onnx")])
     assert bad.exit_code == 2 and "error:" in bad.output and "does not exist" in bad.output
 
@@ -261,9 +261,10 @@ def test_quantised_export_reports_the_graph_it_wrote(tiny_bert: Path, tmp_path: 
     assert "FAILED the int8 bar (at least 101% of the active indices/bits identical)" in str(failed)
     assert "FAILED: the quantised encoder misses its parity bar" in str(failed)
     comp.save(tmp_path / "csr.safetensors")
-    cli = CliRunner().invoke(app, ["export-encoder", "--model", str(tiny_bert), "--compressor", str(tmp_path / "csr.safetensors"),
+    cli = CliRunner().invoke(app, ["export-encoder", "--backbone", str(tiny_bert), "-c", str(tmp_path / "csr.safetensors"),
                                    "-o", str(tmp_path / "cli" / "enc.onnx"), "-k", "4", "--quantize", "dynamic"])
     assert "FAILED: the quantised encoder misses its parity bar" in cli.output, cli.output
+    assert cli.exit_code == 1  # written, but not silently a success
     assert (tmp_path / "cli" / "enc.onnx").is_file()
 
 

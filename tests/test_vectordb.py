@@ -148,10 +148,14 @@ def test_cli_exports_encoded_shards(data: tuple[np.ndarray, np.ndarray], tmp_pat
     model = fitted("csr", data[0]).save(tmp_path / "csr.safetensors")
     runner = CliRunner()
     assert runner.invoke(app, ["encode", "-i", str(tmp_path / "docs.npy"), "--compressor", str(model),
-                               "-o", str(tmp_path / "codes"), "--shard-rows", "250"]).exit_code == 0
+                               "--out", str(tmp_path / "codes"), "--shard-rows", "250"]).exit_code == 0
     result = runner.invoke(app, ["export-codes", "--codes", str(tmp_path / "codes"), "--location", str(tmp_path / "db")])
     assert result.exit_code == 0 and f"wrote {DOCS} sparse codes" in result.output
     assert qdrant_client(str(tmp_path / "db")).count("adaptemb").count == DOCS
+    nowhere = runner.invoke(app, ["export-codes", "--codes", str(tmp_path / "codes")], env={"COLUMNS": "200"})
+    assert nowhere.exit_code == 2 and "--location" in nowhere.output  # no default: nothing written into memory
+    memory = runner.invoke(app, ["export-codes", "--codes", str(tmp_path / "codes"), "--location", ":memory:"])
+    assert memory.exit_code == 2 and "does not write to ':memory:'" in memory.output
 
 
 # -- Milvus (Milvus Lite: an in-process server per .db path, so one file serves the module's collections) --------
@@ -348,7 +352,7 @@ def test_cli_exports_into_milvus(data: tuple[np.ndarray, np.ndarray], tmp_path: 
     csr = fitted("csr", data[0])
     runner = CliRunner()
     assert runner.invoke(app, ["encode", "-i", str(tmp_path / "docs.npy"), "--compressor", str(csr.save(tmp_path / "csr.safetensors")),
-                               "-o", str(tmp_path / "codes"), "--shard-rows", "250"]).exit_code == 0
+                               "--out", str(tmp_path / "codes"), "--shard-rows", "250"]).exit_code == 0
     location = str(tmp_path / "milvus" / "codes.db")
     result = runner.invoke(app, ["export-codes", "--codes", str(tmp_path / "codes"), "--to", "milvus", "--location", location])
     assert result.exit_code == 0 and f"wrote {DOCS} sparse codes into milvus" in result.output

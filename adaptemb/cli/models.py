@@ -41,6 +41,8 @@ from adaptemb.progress import progress_bar
 from adaptemb.rows import RowStream
 from adaptemb.serialization import save_codes
 
+PARITY_FAILED = 1
+"""Exit code of export-encoder when the graph it wrote misses its parity bar (errors exit with 2)."""
 COMPRESS_ROWS = 65_536
 """Rows ``compress`` encodes at a time (``Compressor.encode``'s own batch: the codes are the same)."""
 ParamOption = Annotated[
@@ -226,8 +228,9 @@ def export_encoder_command(
     modality: Annotated[ModelKind, typer.Option(
         "--modality", help="auto: image for efficientnet-lite0, timm:, open_clip: and timm folders, else text.")] = ModelKind.auto,
     quantize: Annotated[Quantize, typer.Option(
-        "--quantize", help="dynamic: quantise the backbone's weights to int8 (onnxruntime), and report the size, "
-        "speed and code agreement it costs.")] = Quantize.none,
+        "--quantize", help="dynamic: quantise the backbone's weights to int8 (onnxruntime) and report the size, speed "
+        "and code agreement of the int8 graph; below its parity bar the file is still written, the output says "
+        "FAILED and the exit code is 1.")] = Quantize.none,
     sample: Annotated[Path | None, typer.Option(
         "--sample", help="Inputs to check parity on: a text file (one text per line) or an .npy of images "
         "(default: built-in sentences / Fashion-MNIST test images).")] = None,
@@ -254,6 +257,8 @@ def export_encoder_command(
         sample=items, include_embedding=with_embedding, weights=weights, image_size=image_size,
     )
     console.print(str(result), markup=False, highlight=False)
+    if not result.passed:
+        raise typer.Exit(code=PARITY_FAILED)
 
 
 @app.command("info")
