@@ -230,7 +230,7 @@ def test_param_flag_must_name_a_benchmarked_method() -> None:
 
 
 def test_scale_study_searches_every_method_through_its_own_index(tmp_path: Path) -> None:
-    """``--scale N``: the corpus plus perturbed copies, every method at its default budget through its own index,
+    """``--scale N``: the corpus plus perturbed copies, every method at its table budgets through its own index,
     faiss flat / HNSW / IVF-PQ beside it; the copies are distractors, so quality can only drop."""
     np.savez(tmp_path / "tiny.npz", **_arrays())
     out = tmp_path / "out"
@@ -244,12 +244,12 @@ def test_scale_study_searches_every_method_through_its_own_index(tmp_path: Path)
     assert set(scale) == {"faiss-flat", "faiss-hnsw", "faiss-ivfpq", "mrl", "csr", "int8"}
     assert all(r["n"] == 3000 for r in report["scale"])
     assert scale["faiss-flat"]["neighbour_recall_at_10"] == 1.0 and scale["faiss-flat"]["speedup_vs_flat"] == 1.0
-    assert scale["csr"]["backend"] == "numba-rows" and scale["csr"]["k"] is None and not scale["csr"]["brute_force"]
-    assert scale["csr"]["active_dims"] == 4 and scale["csr"]["index_mb"] > 0
+    assert scale["csr"]["backend"] == "numba-rows" and scale["csr"]["k"] == 8 and not scale["csr"]["brute_force"]
+    assert scale["csr"]["active_dims"] == 8 and scale["csr"]["index_mb"] > 0  # the table's budget, not csr's default k=4
     assert scale["csr"]["score_check"] == {"queries": 20, "identical_top_10": 1.0}
     assert scale["int8"]["score_check"]["identical_top_10"] == 1.0
     small = {(r["method"], r["k"]): r for r in report["rows"]}
-    assert scale["mrl"]["ndcg_at_10"] <= small[("mrl", 8)]["ndcg_at_10"] + 1e-9 or scale["mrl"]["k"] is None
+    assert scale["mrl"]["k"] == 8 and scale["mrl"]["ndcg_at_10"] <= small[("mrl", 8)]["ndcg_at_10"] + 1e-9
     assert scale["faiss-flat"]["ndcg_at_10"] <= small[("float32", None)]["ndcg_at_10"] + 1e-9
     assert (out / "scale.png").is_file() and "## Scale study: 3,000 rows" in (out / "report.md").read_text()
 
@@ -275,3 +275,50 @@ def test_default_methods_are_every_registered_one_third_party_included(toy_metho
     names = default_methods()
     assert names == sorted(names) and {"asymtoy", "negtoy"} <= set(names)
     assert set(names) == {info.name for info in adaptemb.list_compressors()}
+
+
+def _tiny_scale(methods: list[str], rows: int = 2000, **kw: object) -> tuple[Dataset, BenchConfig]:
+    from adaptemb.evaluate.scale import ScaleConfig
+
+    scale = ScaleConfig(rows=rows, baselines=("flat", "ivfpq"), batch_size=16, warmup=0, rounds=1, progress=False)
+    return _dataset(), BenchConfig(methods=methods, device="cpu", rounds=1, warmup=0, batch_size=16, scale=scale,
+                                   fit_progress=False, **kw)  # type: ignore[arg-type]
+
+
+def test_scale_study_runs_the_tables_budgets_not_full_rank() -> None:
+    """svd's default budget is rank d (no compression); at scale it runs at the table's byte budgets, like every
+    method, and a method refitted per budget (pq) keeps its fit for each."""
+    data, config = _tiny_scale(["svd", "pq", "int8"], bytes=[16, 32])
+    result = run_bench(data, config)
+    table = {(r["method"], r["k"]): r["bytes_per_vector"] for r in result.rows if r["variant"] == "codes"}
+    at_scale = {(r["method"], r["k"]): r["bytes_per_vector"] for r in result.scale if not r["method"].startswith("faiss-")}
+    assert at_scale == table == {("svd", 4): 16, ("svd", 8): 32, ("pq", 16): 16, ("pq", 32): 32, ("int8", None): D}
+    fit_s = {(r["method"], r["k"]): r["fit_s"] for r in result.rows if r["variant"] == "codes"}
+    assert all(r["fit_s"] == fit_s[(r["method"], r["k"])] for r in result.scale if not r["method"].startswith("faiss-"))
+
+
+def test_scale_study_with_explicit_budgets_uses_each_refit() -> None:
+    from adaptemb.evaluate.scale import ScaleConfig
+
+    data, config = _tiny_scale(["svd", "pq"], budgets=[4, 8])
+    config.scale = ScaleConfig(rows=2000, budgets=(8, 64), baselines=("flat",), batch_size=16, warmup=0, rounds=1,
+                               progress=False)
+    result = run_bench(data, config)
+    assert {(r["method"], r["k"]) for r in result.scale} == {("faiss-flat", None), ("svd", 8), ("pq", 8)}
+    assert any(n == "scale: svd k=64 skipped (valid budgets 1..32)" for n in result.notes)
+    assert any(n.startswith("scale: pq k=64 skipped") for n in result.notes)
+
+
+def test_with_a_scale_study_the_recommendation_ranks_the_scale_rows(tmp_path: Path) -> None:
+    data, config = _tiny_scale(["svd", "mrl", "int8"], bytes=[16, 64, 128])
+    result = run_bench(data, config)
+    assert result.recommendation_rows == "scale" and len(result.corpus_recommendation) == 3
+    for entry, small in zip(result.recommendation, result.corpus_recommendation):
+        fits = [r for r in result.scale if r["bytes_per_vector"] <= entry["budget_bytes"]]
+        best = max(fits, key=lambda r: r["ndcg_at_10"])
+        assert entry["best"]["ndcg_at_10"] == best["ndcg_at_10"] and entry["best"]["method"] == best["method"]
+        fits = [r for r in result.rows if r["bytes_per_vector"] <= small["budget_bytes"]]
+        assert small["best"]["ndcg_at_10"] == max(r["ndcg_at_10"] for r in fits)
+    assert any(n.startswith("recommendation: from the scale study's rows at 2,000 rows") for n in result.notes)
+    plain = run_bench(data, BenchConfig(methods=["svd"], bytes=[16], device="cpu", rounds=1, warmup=0, batch_size=16))
+    assert plain.recommendation_rows == "corpus" and plain.corpus_recommendation == []

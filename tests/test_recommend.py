@@ -97,3 +97,53 @@ def test_bytes_and_budgets_are_exclusive_and_bytes_must_be_integers() -> None:
     assert both.exit_code == 2 and "not both" in both.stderr
     bad = runner.invoke(app, ["bench", "--methods", "svd", "--bytes", "16,x"])
     assert bad.exit_code == 2 and "--bytes must be a comma-separated list" in bad.stderr
+
+
+def test_nothing_fits_is_explained_per_method() -> None:
+    from adaptemb.evaluate.recommend import MethodSizes, why_nothing_fits
+
+    sizes = {"int8": MethodSizes(fixed=True, smallest_bytes=384.0),
+             "sq": MethodSizes(smallest_bytes=192.0, smallest_k=4, fits={16: None}),
+             "svd": MethodSizes(smallest_bytes=4.0, smallest_k=1, fits={16: 4}),
+             "pq": MethodSizes(fits={0.5: None})}
+    rows = [_row("float32", None, 1536, 0.95, 0.05, 0.0, "reference"), _row("int8", None, 384, 0.9, 0.1),
+            _row("sq", 4, 192, 0.9, 0.1), _row("svd", 16, 64, 0.2, 0.01), _row("svd", 32, 128, 0.3, 0.01),
+            _row("pq", 16, 16, 0.5, 0.1)]
+    (entry,) = recommend(rows, [8], sizes={**sizes, "svd": MethodSizes(smallest_bytes=4.0, smallest_k=1, fits={8: 2})})
+    assert entry["best"] is None and set(entry["why_nothing_fits"]) == {"int8", "sq", "svd", "pq"}
+    why = why_nothing_fits(rows, 16, sizes)
+    assert why == {"int8": "fixed 384 B per vector", "sq": "smallest code 192 B per vector (k=4)",
+                   "svd": "k=4 would fit 16 B but was not run (rows 64–128 B per vector; --bytes 16 runs it)"}
+    assert why_nothing_fits(rows, 0.5, sizes)["pq"] == "no code fits 0.5 B per vector (16 B per vector)"
+    (fits,) = recommend(rows, [16], sizes=sizes)
+    assert fits["best"]["label"] == "pq k=16" and fits["why_nothing_fits"] is None
+
+
+def test_bench_explains_a_budget_nothing_fits_in_notes_json_and_report(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from typer.testing import CliRunner
+
+    from adaptemb.cli import app
+
+    rng = np.random.default_rng(0)
+    corpus = rng.standard_normal((300, 32)).astype(np.float32)
+    gold = np.arange(40)
+    np.savez(tmp_path / "tiny.npz", corpus=corpus, queries=corpus[:40] + 0.1, gold=gold)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["bench", "--data", str(tmp_path / "tiny.npz"), "--methods", "int8,sq,svd",
+                                      "--budgets", "16,32", "--out", str(out), "--rounds", "1", "--warmup", "0",
+                                      "--batch-size", "16", "--device", "cpu", "--quiet"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "results.json").read_text())
+    at16 = report["recommendation"][0]
+    assert at16["budget_bytes"] == 16 and at16["best"] is None
+    assert at16["why_nothing_fits"] == {
+        "int8": "fixed 32 B per vector",
+        "sq": "k=4 would fit 16 B but was not run (32 B per vector; --bytes 16 runs it)",  # --budgets 16,32: sq's default
+        "svd": "k=4 would fit 16 B but was not run (rows 64–128 B per vector; --bytes 16 runs it)"}
+    note = next(n for n in report["notes"] if n.startswith("16 B per vector: nothing fits"))
+    assert "int8: fixed 32 B per vector" in note and "svd: k=4 would fit 16 B" in note
+    markdown = (out / "report.md").read_text()
+    assert "Nothing fits 16 B per vector:" in markdown and "- int8: fixed 32 B per vector" in markdown
+    assert "nothing fits" in result.stdout and "int8: fixed 32 B per vector" in " ".join(result.stdout.split())

@@ -3,11 +3,17 @@ quality; and the Pareto front of quality against bytes per vector.
 
 Pure functions of the bench rows (``adaptemb.evaluate.runner``): every row counts (each method at each
 budget, rerank funnels with their store's bytes, the float32 reference), so a recommendation at B bytes
-names the best measured quality among all rows of at most B bytes per vector.
+names the best measured quality among all rows of at most B bytes per vector. The rows are either the main
+table's (the corpus) or, after a scale study, the scale rows (every method and faiss baseline at N rows):
+``adaptemb bench --scale N`` recommends from the scale rows, quality at the size that was asked about.
+
+When no row fits a budget, the entry says why, per method (``why_nothing_fits``), from each method's sizes
+(``MethodSizes``, gathered by the runner from the fitted compressors).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 Row = dict[str, Any]
@@ -17,11 +23,63 @@ TOLERANCE = 0.01
 _EPS = 1e-9
 
 
+_PLAIN_VARIANTS = ("codes", "reference", "scale")
+
+
+@dataclass
+class MethodSizes:
+    """What a method's codes can take per vector, for explaining a byte budget none of its rows fits.
+
+    ``fixed``: one size only (``int8``, ``binary``); ``smallest_bytes``/``smallest_k``: its smallest code;
+    ``fits``: byte budget -> the largest ``k`` whose codes fit it (``Compressor.budget_for_bytes``), None
+    when no code of the method fits."""
+
+    fixed: bool = False
+    smallest_bytes: float | None = None
+    smallest_k: int | None = None
+    fits: dict[float, int | None] = field(default_factory=dict)
+
+
 def row_label(row: Row) -> str:
     """``"csr k=16"``, ``"int8"``, ``"svd k=16 + rerank-int8"``: a row's method, budget and variant."""
     label = row["method"] if row.get("k") is None else f"{row['method']} k={row['k']}"
     variant = row.get("variant", "codes")
-    return label if variant in ("codes", "reference") else f"{label} + {variant}"
+    return label if variant in _PLAIN_VARIANTS else f"{label} + {variant}"
+
+
+def why_nothing_fits(rows: list[Row], budget: float, sizes: dict[str, MethodSizes] | None = None) -> dict[str, str]:
+    """Per method with no row of at most ``budget`` bytes per vector, why: ``"fixed 384 B per vector"``,
+    ``"smallest code 192 B per vector (k=4)"``, or ``"k=4 would fit 16 B but was not run (rows 64–256 B)"``.
+    Methods come from ``rows`` (the reference aside) and ``sizes``; reasons name the sizes measured in ``rows``."""
+    sizes = sizes or {}
+    benched: dict[str, list[Row]] = {}
+    for row in rows:
+        if row.get("variant", "codes") in ("codes", "scale") and row.get("bytes_per_vector") is not None:
+            benched.setdefault(row["method"], []).append(row)
+    out: dict[str, str] = {}
+    for method in sorted(set(benched) | set(sizes)):
+        mine = benched.get(method, [])
+        if any(r["bytes_per_vector"] <= budget + _EPS for r in mine):
+            continue
+        out[method] = _reason(mine, budget, sizes.get(method))
+    return out
+
+
+def _reason(mine: list[Row], budget: float, size: MethodSizes | None) -> str:
+    measured = sorted({float(r["bytes_per_vector"]) for r in mine})
+    ran = "no row (skipped, see the notes)" if not measured else (
+        f"{measured[0]:g} B per vector" if len(measured) == 1 else f"rows {measured[0]:g}–{measured[-1]:g} B per vector")
+    if size is None:
+        return f"smallest row {measured[0]:g} B per vector" if measured else ran
+    if size.fixed:
+        return f"fixed {size.smallest_bytes if size.smallest_bytes is not None else measured[0]:g} B per vector"
+    k = size.fits.get(budget)
+    if k is not None:
+        return f"k={k} would fit {budget:g} B but was not run ({ran}; --bytes {budget:g} runs it)"
+    if size.smallest_bytes is not None:
+        smallest = f"smallest code {size.smallest_bytes:g} B per vector"
+        return smallest if size.smallest_k is None else f"{smallest} (k={size.smallest_k})"
+    return f"no code fits {budget:g} B per vector ({ran})"
 
 
 def _measured(rows: list[Row], metric: str) -> list[Row]:
@@ -34,17 +92,18 @@ def _summary(row: Row, metric: str) -> dict[str, Any]:
             "latency_per_query_ms": row.get("latency_per_query_ms")}
 
 
-def recommend(rows: list[Row], budgets: list[float], *, metric: str = METRIC, tolerance: float = TOLERANCE) -> list[Row]:
+def recommend(rows: list[Row], budgets: list[float], *, metric: str = METRIC, tolerance: float = TOLERANCE,
+              sizes: dict[str, MethodSizes] | None = None) -> list[Row]:
     """One entry per byte budget B: among the rows of at most B bytes per vector, ``best`` (highest ``metric``,
     fewer bytes on a tie), ``runner_up`` (the best row of another method) and ``margin`` (best minus runner-up),
     and ``fastest`` (the lowest search latency among rows within ``tolerance`` of the best). ``best`` is None
-    when no row fits in B bytes."""
+    when no row fits in B bytes; ``why_nothing_fits`` then says per method why (``why_nothing_fits()``)."""
     measured = _measured(rows, metric)
     out: list[Row] = []
     for budget in sorted(budgets):
         fits = [r for r in measured if r["bytes_per_vector"] <= budget + _EPS]
         entry: Row = {"budget_bytes": budget, "best": None, "runner_up": None, "margin": None, "fastest": None,
-                      "candidates": len(fits)}
+                      "candidates": len(fits), "why_nothing_fits": None}
         if fits:
             best = max(fits, key=lambda r: (r[metric], -r["bytes_per_vector"]))
             others = [r for r in fits if r["method"] != best["method"]]
@@ -54,6 +113,8 @@ def recommend(rows: list[Row], budgets: list[float], *, metric: str = METRIC, to
             entry.update(best=_summary(best, metric), runner_up=None if runner is None else _summary(runner, metric),
                          margin=None if runner is None else best[metric] - runner[metric],
                          fastest=None if fastest is None else _summary(fastest, metric))
+        else:
+            entry["why_nothing_fits"] = why_nothing_fits(rows, budget, sizes)
         out.append(entry)
     return out
 

@@ -1,4 +1,11 @@
-"""Bench output: a rich terminal table, JSON and CSV (every number + the machine), PNG plots, a Markdown report."""
+"""Bench output: a rich terminal table, JSON and CSV (every number + the machine), PNG plots, a Markdown report.
+
+The terminal tables have a compact default that fits a 100-column terminal without truncating a cell
+(``print_table(result, console)``: method, k, bytes/vec, NDCG@10, R@10, ms/query, fit s; the recommendation two
+lines per byte budget) and a wide mode with every column (``print_table(result, console, wide=True)``). Cells
+never end in rich's ellipsis: a cell too long for its column folds onto another line. Every plot colours a
+method the same way (``adaptemb.evaluate.colours.method_colour``).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ import matplotlib.pyplot as plt
 from rich.console import Console
 from rich.table import Table
 
+from adaptemb.evaluate.colours import method_colours
 from adaptemb.evaluate.machine import describe
 from adaptemb.evaluate.recommend import TOLERANCE, pareto_front, row_label
 from adaptemb.evaluate.runner import BenchResult, Row
@@ -54,6 +62,29 @@ SCALE_COLUMNS: list[tuple[str, str, str]] = [
     ("= score()", "_score_check", "{}"),
 ]
 """The scale study's columns (``adaptemb bench --scale N``)."""
+COMPACT_COLUMNS: list[tuple[str, str, str]] = [
+    ("method", "_label", "{}"),
+    ("k", "k", "{}"),
+    ("bytes/vec", "bytes_per_vector", "{:.1f}"),
+    ("NDCG@10", "ndcg_at_10", "{:.4f}"),
+    ("R@10", "recall_at_10", "{:.4f}"),
+    ("ms/query", "latency_per_query_ms", "{:.4f}"),
+    ("fit s", "fit_s", "{:.2f}"),
+]
+"""The terminal table's default columns (``print_table(..., wide=False)``); rerank variants join the method."""
+COMPACT_SCALE_COLUMNS: list[tuple[str, str, str]] = [
+    ("method", "method", "{}"),
+    ("k", "k", "{}"),
+    ("bytes/vec", "bytes_per_vector", "{:.1f}"),
+    ("NDCG@10", "ndcg_at_10", "{:.4f}"),
+    ("R@10", "recall_at_10", "{:.4f}"),
+    ("NN-R@10", "neighbour_recall_at_10", "{:.3f}"),
+    ("ms/query", "latency_per_query_ms", "{:.4f}"),
+    ("vs flat", "speedup_vs_flat", "{:.1f}x"),
+    ("build s", "index_build_s", "{:.2f}"),
+]
+"""The scale table's default columns in the terminal."""
+_LEFT = ("method", "_label", "variant", "backend")
 _MACHINE_COLUMNS = ("cpu", "cpu_cores_usable", "gpu")
 RECOMMENDATION_TITLES = ("≤ bytes/vec", "best NDCG@10", "bytes/vec", "margin", "runner-up", "fit s",
                          f"fastest within {TOLERANCE} (ms/query)")
@@ -64,7 +95,7 @@ def recommendation_cells(entry: Row) -> list[str]:
     best, runner, fastest = entry["best"], entry["runner_up"], entry["fastest"]
     budget = f"{entry['budget_bytes']:g}"
     if best is None:
-        return [budget, "nothing fits", "—", "—", "—", "—", "—"]
+        return [budget, "nothing fits (reasons below)", "—", "—", "—", "—", "—"]
     runner_cell = "—" if runner is None else f"{runner['label']} ({runner['ndcg_at_10']:.4f})"
     margin = "—" if entry["margin"] is None else f"+{entry['margin']:.4f}"
     fit = "—" if best.get("fit_s") is None else f"{best['fit_s']:.2f}"
@@ -74,7 +105,36 @@ def recommendation_cells(entry: Row) -> list[str]:
             runner_cell, fit, fast]
 
 
+COMPACT_RECOMMENDATION_TITLES = ("≤ B/vec", "best: NDCG@10 · bytes · fit", "runner-up (margin)",
+                                 f"fastest within {TOLERANCE}")
+
+
+def compact_recommendation_cells(entry: Row) -> list[str]:
+    """One recommendation entry as four two-line cells: budget, best, runner-up, fastest (a 100-column table)."""
+    best, runner, fastest = entry["best"], entry["runner_up"], entry["fastest"]
+    budget = f"{entry['budget_bytes']:g}"
+    if best is None:
+        return [budget, "nothing fits\n(reasons below)", "—", "—"]
+    fit = "" if best.get("fit_s") is None else f" · fit {best['fit_s']:.1f} s"
+    best_cell = f"{best['label']}\n{best['ndcg_at_10']:.4f} · {best['bytes_per_vector']:g} B{fit}"
+    runner_cell = "—" if runner is None else f"{runner['label']}\n{runner['ndcg_at_10']:.4f} (+{entry['margin']:.4f})"
+    fast_cell = "—" if fastest is None else (
+        f"{fastest['label']}\n{fastest['ndcg_at_10']:.4f} · {fastest['latency_per_query_ms']:.4f} ms/query")
+    return [budget, best_cell, runner_cell, fast_cell]
+
+
+def recommendation_title(result: BenchResult) -> str:
+    """What the recommendation ranks: the main table's rows, or the scale study's rows at N rows."""
+    if result.recommendation_rows == "scale" and result.scale:
+        return (f"recommendation at {result.scale[0]['n']:,} rows (the scale study's rows): the best NDCG@10 among "
+                "rows of at most B bytes per vector")
+    return "recommendation: the best NDCG@10 among all rows of at most B bytes per vector"
+
+
 def _cell(row: Row, key: str, fmt: str) -> str:
+    if key == "_label":
+        variant = row.get("variant", "codes")
+        return row["method"] if variant in ("codes", "reference", "scale") else f"{row['method']} + {variant}"
     if key == "_spread":
         return f"{row['latency_p10_s']:.4f}–{row['latency_p90_s']:.4f}"
     if key == "_score_check":
@@ -85,37 +145,50 @@ def _cell(row: Row, key: str, fmt: str) -> str:
         reference = row.get("method") == "float32" or str(row.get("method")).startswith("faiss-")
         if key != "k" or reference:
             return "—"
-        return "default" if row.get("variant") == "scale" else "fixed"  # scale rows: each method's default budget
+        return "fixed"  # a fixed-size method (int8, binary): no budget
     return fmt.format(value)
 
 
-def print_table(result: BenchResult, console: Console | None = None) -> None:
-    """The rows as a rich table, with the dataset and machine in the title."""
+def _table(title: str, columns: list[tuple[str, str, str]], rows: list[Row], caption: str | None = None) -> Table:
+    """A rich table whose cells fold onto further lines instead of ending in an ellipsis."""
+    table = Table(title=title, caption=caption)
+    for name, key, _ in columns:
+        table.add_column(name, justify="left" if key in _LEFT else "right", overflow="fold")
+    for row in rows:
+        table.add_row(*(_cell(row, key, fmt) for _, key, fmt in columns))
+    return table
+
+
+def print_table(result: BenchResult, console: Console | None = None, *, wide: bool = False) -> None:
+    """The rows, the scale study and the recommendation as rich tables, then the notes.
+
+    Default: the compact columns (``COMPACT_COLUMNS``, ``COMPACT_SCALE_COLUMNS``, the recommendation two lines per
+    budget), which fit a 100-column terminal. ``wide=True``: every column (``COLUMNS``, ``SCALE_COLUMNS``,
+    ``RECOMMENDATION_TITLES``), as in ``report.md``. No cell is cut short in either mode: a long one folds."""
     console = console or Console()
     d = result.dataset
-    table = Table(title=f"adaptemb bench — {d['name']} ({d['corpus']:,} docs, {d['queries']:,} queries, d={d['dim']})",
-                  caption=f"{describe(result.machine)}; whole run {result.total_s:.1f}s")
-    for title, key, _ in COLUMNS:
-        table.add_column(title, justify="left" if key in ("method", "variant") else "right")
-    for row in result.rows:
-        table.add_row(*(_cell(row, key, fmt) for _, key, fmt in COLUMNS))
-    console.print(table)
+    title = f"adaptemb bench — {d['name']} ({d['corpus']:,} docs, {d['queries']:,} queries, d={d['dim']})"
+    caption = f"{describe(result.machine)}; whole run {result.total_s:.1f}s"
+    console.print(_table(title, COLUMNS if wide else COMPACT_COLUMNS, result.rows, caption))
     if result.scale:
-        scale = Table(title=f"scale study: {result.scale[0]['n']:,} rows (corpus + noise-perturbed copies)")
-        for title, key, _ in SCALE_COLUMNS:
-            scale.add_column(title, justify="left" if key in ("method", "backend") else "right")
-        for row in result.scale:
-            scale.add_row(*(_cell(row, key, fmt) for _, key, fmt in SCALE_COLUMNS))
-        console.print(scale)
+        scale_title = f"scale study: {result.scale[0]['n']:,} rows (corpus + noise-perturbed copies)"
+        console.print(_table(scale_title, SCALE_COLUMNS if wide else COMPACT_SCALE_COLUMNS, result.scale))
     if result.recommendation:
-        verdict = Table(title="recommendation: the best NDCG@10 among all rows of at most B bytes per vector")
-        for title in RECOMMENDATION_TITLES:
-            verdict.add_column(title, justify="right" if title in ("≤ bytes/vec", "bytes/vec", "margin", "fit s") else "left")
-        for entry in result.recommendation:
-            verdict.add_row(*recommendation_cells(entry))
-        console.print(verdict)
+        console.print(recommendation_table(result, wide=wide))
     for note in result.notes:
         console.print(f"[dim]note: {note}[/dim]")
+
+
+def recommendation_table(result: BenchResult, *, wide: bool = False) -> Table:
+    """The recommendation as a rich table: two-line cells by default, one line per budget with ``wide``."""
+    verdict = Table(title=recommendation_title(result))
+    titles = RECOMMENDATION_TITLES if wide else COMPACT_RECOMMENDATION_TITLES
+    right = ("≤ bytes/vec", "bytes/vec", "margin", "fit s", "≤ B/vec")
+    for title in titles:
+        verdict.add_column(title, justify="right" if title in right else "left", overflow="fold")
+    for entry in result.recommendation:
+        verdict.add_row(*(recommendation_cells(entry) if wide else compact_recommendation_cells(entry)))
+    return verdict
 
 
 def write_json(result: BenchResult, path: Path) -> Path:
@@ -157,14 +230,18 @@ def _series(result: BenchResult) -> dict[str, list[Row]]:
 _VARIANT_STYLE = {"codes": ("-", "o"), "rerank-float32": ("--", "s"), "rerank-int8": (":", "^")}
 
 
+def result_colours(result: BenchResult) -> dict[str, str]:
+    """One colour per method of the result (its table and scale rows), the same in every plot of it."""
+    return method_colours(sorted({r["method"] for r in [*result.rows, *result.scale]}))
+
+
 def plot_quality(result: BenchResult, path: Path, *, x: str, xlabel: str, metric: str = "ndcg_at_10") -> Path:
     """Quality (``metric``) against ``x`` (a row key), one line per method and variant (log x axis).
 
     A method keeps one colour; its rerank variants are dashed (float32) and dotted (int8).
     """
     fig, ax = plt.subplots(figsize=(9, 4.8), dpi=120)
-    methods = sorted({r["method"] for r in result.rows if r["method"] != "float32"})
-    colours = {m: plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")(i % 20) for i, m in enumerate(methods)}
+    colours = result_colours(result)
     for label, rows in _series(result).items():
         points = sorted((r[x], r[metric]) for r in rows if r.get(x) is not None and r.get(metric) is not None)
         if not points:
@@ -202,7 +279,7 @@ def plot_pareto(result: BenchResult, path: Path, metric: str = "ndcg_at_10") -> 
     fig, ax = plt.subplots(figsize=(10, 5.4), dpi=120)
     rows = [r for r in result.rows if r.get(metric) is not None and r.get("bytes_per_vector")]
     methods = sorted({r["method"] for r in rows})
-    colours = {m: plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")(i % 20) for i, m in enumerate(methods)}
+    colours = result_colours(result)
     for method in methods:
         mine = [r for r in rows if r["method"] == method]
         for funnel in (False, True):
@@ -225,13 +302,23 @@ def plot_pareto(result: BenchResult, path: Path, metric: str = "ndcg_at_10") -> 
 
 
 def plot_scale(result: BenchResult, path: Path) -> Path:
-    """The scale study: NDCG@10 against ms per query at N rows, one point per method row and faiss baseline."""
-    fig, ax = plt.subplots(figsize=(8, 4.8), dpi=120)
+    """The scale study: NDCG@10 against ms per query at N rows, one series per method (its budgets joined by a
+    thin line, each point labelled with its bytes per vector) and a star per faiss baseline."""
+    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=120)
+    by_method: dict[str, list[Row]] = {}
     for row in result.scale:
-        label = row["method"] if row["k"] is None else f"{row['method']} k={row['k']}"
-        marker = "*" if row["method"].startswith("faiss-") else "o"
-        ax.plot(row["latency_per_query_ms"], row["ndcg_at_10"], marker=marker, linestyle="none", markersize=9,
-                label=f"{label} ({row['bytes_per_vector']:.0f} B)")
+        if row.get("latency_per_query_ms") is not None and row.get("ndcg_at_10") is not None:
+            by_method.setdefault(row["method"], []).append(row)
+    colours = result_colours(result)
+    for method, rows in by_method.items():
+        rows = sorted(rows, key=lambda r: r["bytes_per_vector"])
+        baseline = method.startswith("faiss-")
+        ax.plot([r["latency_per_query_ms"] for r in rows], [r["ndcg_at_10"] for r in rows], color=colours[method],
+                marker="*" if baseline else "o", markersize=10 if baseline else 6, linestyle="none" if baseline else "-",
+                linewidth=0.8, label=method)
+        for r in rows:
+            ax.annotate(f"{r['bytes_per_vector']:.0f} B", (r["latency_per_query_ms"], r["ndcg_at_10"]), fontsize=6,
+                        xytext=(3, 3), textcoords="offset points")
     return _finish(fig, ax, path, xlabel="ms per query (median, batch of 512)", ylabel="NDCG@10",
                    title=f"{result.dataset['name']} at {result.scale[0]['n']:,} rows: quality vs search latency")
 
@@ -254,12 +341,17 @@ def write_markdown(result: BenchResult, path: Path, files: dict[str, Path]) -> P
         "", markdown_table(result.rows), "",
     ]
     if result.recommendation:
+        at_scale = result.recommendation_rows == "scale" and result.scale
+        rows_text = (f"the scale study's rows at {result.scale[0]['n']:,} rows (every method at its table budgets and "
+                     "every faiss baseline)" if at_scale else "all rows of the table (every method, budget and funnel)")
         parts += ["## Recommendation", "",
-                  ("For each byte budget B: the row with the best NDCG@10 among all rows of at most B bytes per vector "
-                  "(every method, budget and funnel), its margin over the best row of another method, its fit "
-                  f"time, and the fastest row whose NDCG@10 is within {TOLERANCE} of it."), "",
-                  "| " + " | ".join(RECOMMENDATION_TITLES) + " |", "|" + "---|" * len(RECOMMENDATION_TITLES)]
-        parts += ["| " + " | ".join(recommendation_cells(e)) + " |" for e in result.recommendation]
+                  (f"For each byte budget B: the row with the best NDCG@10 among {rows_text} of at most B bytes per "
+                   "vector, its margin over the best row of another method, its fit "
+                   f"time, and the fastest row whose NDCG@10 is within {TOLERANCE} of it."), "",
+                  *_recommendation_markdown(result.recommendation)]
+        if at_scale and result.corpus_recommendation:
+            parts += ["", f"The same verdict from the {d['corpus']:,} corpus rows of the table alone (for comparison):", "",
+                      *_recommendation_markdown(result.corpus_recommendation)]
         front = pareto_front(result.rows)
         parts += ["", "Pareto front (NDCG@10 vs bytes per vector): " + ", ".join(
             f"{row_label(r)} ({r['bytes_per_vector']:.0f} B, {r['ndcg_at_10']:.4f})" for r in front), ""]
@@ -277,6 +369,17 @@ def write_markdown(result: BenchResult, path: Path, files: dict[str, Path]) -> P
     parts += ["", "## Files", ""] + [f"- [{p.name}]({p.name})" for p in files.values() if p.suffix != ".png"]
     text = "\n".join(parts) + "\n"
     return atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def _recommendation_markdown(entries: list[Row]) -> list[str]:
+    """The recommendation as a Markdown table, then per budget nothing fits in, each method's reason."""
+    lines = ["| " + " | ".join(RECOMMENDATION_TITLES) + " |", "|" + "---|" * len(RECOMMENDATION_TITLES)]
+    lines += ["| " + " | ".join(recommendation_cells(e)) + " |" for e in entries]
+    for entry in entries:
+        if entry["best"] is None:
+            lines += ["", f"Nothing fits {entry['budget_bytes']:g} B per vector:"]
+            lines += [f"- {method}: {why}" for method, why in (entry.get("why_nothing_fits") or {}).items()]
+    return lines
 
 
 def write_report(result: BenchResult, out_dir: Path) -> dict[str, Path]:

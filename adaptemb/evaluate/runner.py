@@ -9,6 +9,11 @@ time the search with the latency protocol. With byte budgets (``BenchConfig.byte
 budgets are the ``k`` its ``budget_for_bytes`` maps each byte budget to. Plus a full-precision reference
 row and, with ``rerank``, funnel rows (shortlist with the codes, rerank with float32 or int8 vectors), and
 the recommendation per byte budget (``adaptemb.evaluate.recommend``).
+
+With a scale study (``BenchConfig.scale``), each method is searched at N rows at the same budgets as its rows
+of the main table (the same fitted compressors; an explicit ``ScaleConfig.budgets`` list narrows them), and
+the recommendation is computed over the scale rows: quality at N rows, which is what the study asks about.
+The corpus-size verdict is kept as ``corpus_recommendation``, and a note names every budget where it differs.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from adaptemb.evaluate.metrics import (
     neighbour_recall_at_k,
     one_nn_accuracy,
 )
-from adaptemb.evaluate.recommend import recommend
+from adaptemb.evaluate.recommend import MethodSizes, recommend, row_label
 from adaptemb.evaluate.scale import ScaleConfig, run_scale
 from adaptemb.index import FunnelIndex
 from adaptemb.index.bound import CompressedIndex
@@ -85,7 +90,12 @@ class BenchResult:
     scale: list[Row] = field(default_factory=list)
     recommendation: list[Row] = field(default_factory=list)
     """Per byte budget: the best row by NDCG@10, its margin and the fastest row of equal quality
-    (``adaptemb.evaluate.recommend``)."""
+    (``adaptemb.evaluate.recommend``), over the rows ``recommendation_rows`` names."""
+    recommendation_rows: str = "corpus"
+    """Which rows the recommendation ranks: ``"corpus"`` (the main table) or ``"scale"`` (the scale study's rows,
+    every method and faiss baseline at N rows; whenever a scale study ran)."""
+    corpus_recommendation: list[Row] = field(default_factory=list)
+    """With a scale study: the recommendation the main table's rows alone would give (for comparison)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,7 +116,9 @@ class _Context:
     notes: list[str]
     stores: dict[str, Codes | np.ndarray] = field(default_factory=dict)
     fitted: dict[str, Compressor] = field(default_factory=dict)
-    """The first fit of each method (the one that serves every budget it supports), for the scale study."""
+    """The first fit of each method (the one that serves every budget it supports)."""
+    benched: list[tuple[Compressor, int | None, float]] = field(default_factory=list)
+    """(fitted compressor, budget, fit seconds) of every main-table codes row, in order: the scale study's plan."""
 
 
 def check_methods(methods: list[str]) -> None:
@@ -129,8 +141,20 @@ def run_bench(data: Dataset, config: BenchConfig, progress: Callable[[str], None
     for name in config.methods:
         rows.extend(_bench_method(name, ctx))
     scale = _scale_rows(ctx) if config.scale is not None else []
+    budgets = list(config.bytes or RECOMMENDATION_BYTES)
+    sizes = method_sizes(ctx.fitted, budgets, ctx.corpus[: min(len(ctx.corpus), 64)])
+    corpus_verdict = recommend(rows, budgets, sizes=sizes)
+    verdict = recommend(scale, budgets, sizes=sizes) if scale else corpus_verdict
+    if scale:
+        _compare_verdicts(verdict, corpus_verdict, scale[0]["n"], len(ctx.corpus), ctx.notes)
+    for entry in verdict:
+        if entry["best"] is None:
+            reasons = "; ".join(f"{name}: {why}" for name, why in entry["why_nothing_fits"].items())
+            ctx.notes.append(f"{entry['budget_bytes']:g} B per vector: nothing fits ({reasons or 'no method ran'})")
     return BenchResult(
-        recommendation=recommend(rows, list(config.bytes or RECOMMENDATION_BYTES)),
+        recommendation=verdict,
+        recommendation_rows="scale" if scale else "corpus",
+        corpus_recommendation=corpus_verdict if scale else [],
         dataset=_dataset_info(data),
         config=asdict(config),
         machine=machine_info(),
@@ -141,22 +165,76 @@ def run_bench(data: Dataset, config: BenchConfig, progress: Callable[[str], None
     )
 
 
+def method_sizes(fitted: dict[str, Compressor], budgets: list[int], sample: np.ndarray) -> dict[str, MethodSizes]:
+    """Per fitted method, what its codes can take per vector (``MethodSizes``): fixed or not, its smallest code
+    (measured on ``sample``) and the ``k`` each byte budget maps to (``budget_for_bytes``)."""
+    out: dict[str, MethodSizes] = {}
+    for name, compressor in fitted.items():
+        budgets_ = compressor.budgets()
+        fixed = budgets_.fixed and "k" not in type(compressor).Config.model_fields
+        size = MethodSizes(fixed=fixed)
+        try:
+            if fixed or not budgets_.per_fit:  # a per-fit method's smallest code would need another fit
+                size.smallest_k = None if fixed else budgets_.options()[0]
+                size.smallest_bytes = float(compressor.encode(sample, k=size.smallest_k).bytes_per_vector)
+            if not fixed:
+                size.fits = {b: compressor.budget_for_bytes(b, sample) for b in budgets}
+        except Exception:  # noqa: BLE001 - only an explanation of a budget; never fail a finished run for it
+            pass
+        out[name] = size
+    return out
+
+
+def _compare_verdicts(verdict: list[Row], corpus: list[Row], rows: int, corpus_rows: int, notes: list[str]) -> None:
+    notes.append(f"recommendation: from the scale study's rows at {rows:,} rows (every method and faiss baseline), "
+                 f"not from the {corpus_rows:,} corpus rows of the main table")
+    for at_scale, small in zip(verdict, corpus):
+        if at_scale["best"] is None or small["best"] is None or at_scale["best"]["label"] == small["best"]["label"]:
+            continue
+        notes.append(f"recommendation at {at_scale['budget_bytes']:g} B: {at_scale['best']['label']} at {rows:,} rows "
+                     f"({at_scale['best']['ndcg_at_10']:.4f}); on the corpus alone {small['best']['label']} "
+                     f"({small['best']['ndcg_at_10']:.4f})")
+
+
 def _scale_rows(ctx: _Context) -> list[Row]:
-    """The scale study on each method's first fit, at every scale budget that fit supports."""
+    """The scale study: by default every (fitted compressor, budget) of the main table's codes rows, so the scale
+    rows sit at the same budgets (with ``--bytes``, the same bytes per vector) as the table; with an explicit
+    list of budgets, each method at those of them it supports (a refitted method's fit for that ``k`` first)."""
     assert ctx.config.scale is not None
     plan: list[tuple[Compressor, int | None]] = []
-    for name, compressor in ctx.fitted.items():
-        budgets = compressor.budgets()
-        if budgets.fixed:  # no budget to choose: one row at its fixed size, as in the main table
-            plan.append((compressor, None))
-            continue
-        for k in ctx.config.scale.budgets:
-            if k is None or budgets.low <= k <= budgets.high:
-                plan.append((compressor, k))
-            else:
-                ctx.notes.append(f"scale: {name} k={k} skipped (valid budgets {budgets.low}..{budgets.high})")
+    fit_s: dict[tuple[str, int | None], float] = {}
+    for compressor, k, seconds in ctx.benched:
+        fit_s.setdefault((compressor.name, k), seconds)
+    wanted = ctx.config.scale.budgets
+    if all(k is None for k in wanted):  # the default: the main table's budgets
+        plan = [(compressor, k) for compressor, k, _ in ctx.benched]
+    else:
+        for name, compressor in ctx.fitted.items():
+            plan.extend(_scale_budgets(name, compressor, [k for k in wanted if k is not None], ctx))
     ctx.progress(f"scale study: {ctx.config.scale.rows:,} rows, {len(plan)} method rows and faiss baselines")
-    return run_scale(ctx.data, list(dict.fromkeys(plan)), ctx.config.scale, ctx.notes)
+    rows = run_scale(ctx.data, list(dict.fromkeys(plan)), ctx.config.scale, ctx.notes)
+    for row in rows:
+        row["fit_s"] = fit_s.get((row["method"], row["k"]))
+    return rows
+
+
+def _scale_budgets(name: str, compressor: Compressor, wanted: list[int], ctx: _Context) -> list[tuple[Compressor, int | None]]:
+    """(compressor, k) for each wanted budget this method serves: a fixed-size method once at its size; a method
+    refitted per budget through its main-table fit for that ``k``; others when ``k`` is within their range."""
+    budgets = compressor.budgets()
+    refits = {k: c for c, k, _ in ctx.benched if c.name == name and k is not None}
+    if budgets.fixed and not refits:  # no budget to choose: one row at its fixed size, as in the main table
+        return [(compressor, None)]
+    plan: list[tuple[Compressor, int | None]] = []
+    for k in wanted:
+        if k in refits:
+            plan.append((refits[k], k))
+        elif budgets.allows(k):
+            plan.append((compressor, k))
+        else:
+            valid = ", ".join(str(v) for v in sorted(refits)) if budgets.fixed else _valid(budgets)
+            ctx.notes.append(f"scale: {name} k={k} skipped (valid budgets {valid})")
+    return plan
 
 
 def _prepare(data: Dataset, config: BenchConfig, progress: Callable[[str], None]) -> _Context:
@@ -199,6 +277,7 @@ def _bench_method(name: str, ctx: _Context) -> list[Row]:
         ctx.progress(f"{name}: k={k if k is not None else 'fixed'} encode, search, time")
         try:
             rows.extend(_bench_budget(compressor, k, fit_s, ctx))
+            ctx.benched.append((compressor, k, fit_s))
         except (ValueError, TypeError, NotImplementedError, RuntimeError) as err:
             ctx.notes.append(f"{name} k={k}: skipped, {type(err).__name__}: {err}")
     return rows

@@ -1,0 +1,164 @@
+"""The bench's terminal tables at 100 columns (compact default, wide mode) and one colour per method in every plot."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+from typing import Any
+
+import matplotlib.colors as mcolors
+import pytest
+from rich.console import Console
+
+import adaptemb
+from adaptemb.evaluate import report
+from adaptemb.evaluate.colours import PALETTE, REFERENCE_COLOURS, method_colour, method_colours
+from adaptemb.evaluate.recommend import MethodSizes, recommend
+from adaptemb.evaluate.runner import BenchResult
+from adaptemb.registry import CompressorRegistry
+
+LONG = "acme_hierarchical_supersparse_adapter"  # a third-party method with a long name
+MACHINE = {"cpu": "AMD EPYC 7B13 64-Core Processor", "cpu_cores_usable": 2, "gpu": None, "load_average": [1.0, 1.0, 1.0],
+           "versions": {"torch": "2.14.1+cu130", "faiss": "1.15.1"}}
+
+
+def _row(method: str, k: int | None, nbytes: float, ndcg: float, *, variant: str = "codes", fit_s: float = 12.5,
+         ms: float = 0.1234) -> dict[str, Any]:
+    return {"method": method, "k": k, "variant": variant, "active_dims": 16.0, "ndcg_at_10": ndcg,
+            "recall_at_10": ndcg + 0.1, "recall_at_100": ndcg + 0.3, "mrr_at_10": ndcg - 0.03,
+            "neighbour_recall_at_10": 0.8, "one_nn_accuracy": 0.25, "bytes_per_vector": nbytes,
+            "compression_ratio": 1536 / nbytes, "latency_per_query_ms": ms, "latency_p10_s": 0.0512,
+            "latency_p90_s": 0.0634, "fit_s": fit_s, "device": "cpu"}
+
+
+def _scale_row(method: str, k: int | None, nbytes: float, ndcg: float, ms: float) -> dict[str, Any]:
+    return {"method": method, "k": k, "variant": "scale", "n": 200_000, "ndcg_at_10": ndcg, "recall_at_10": ndcg + 0.1,
+            "mrr_at_10": ndcg - 0.03, "neighbour_recall_at_10": 0.9, "bytes_per_vector": nbytes, "encode_s": 3.2,
+            "index_build_s": 1.25, "index_mb": 12.5, "peak_memory_mb": 310.0, "backend": "numba-rows",
+            "latency_per_query_ms": ms, "latency_p10_s": 0.01, "latency_p90_s": 0.02, "speedup_vs_flat": 3.5,
+            "fit_s": 12.5, "score_check": {"queries": 100, "identical_top_10": 1.0}}
+
+
+def realistic_result() -> BenchResult:
+    """Every built-in method at 16..128 B with rerank rows, a long third-party name, a scale study and a verdict
+    with a byte budget nothing fits."""
+    rows = [_row("float32", None, 1536.0, 0.2162, variant="reference", fit_s=0.0)]
+    for i, method in enumerate(["bsa", "cllr", "csr", "mrl", "opq", "pq", "svd", LONG]):
+        for j, (k, nbytes) in enumerate([(4, 16.0), (8, 32.0), (16, 64.0), (32, 128.0)]):
+            rows.append(_row(method, k, nbytes, 0.10 + 0.01 * i + 0.02 * j, fit_s=155.81 if method == "opq" else 9.74))
+        rows.append(_row(method, 4, 1600.0, 0.21, variant="rerank-float32"))
+        rows.append(_row(method, 4, 400.0, 0.209, variant="rerank-int8"))
+    rows += [_row("int8", None, 384.0, 0.2164), _row("binary", None, 48.0, 0.1827), _row("sq", 4, 192.0, 0.2154),
+             _row("rabitq", 1, 56.0, 0.1972), _row("rabitq", 2, 116.0, 0.2104)]
+    scale = [_scale_row("faiss-flat", None, 1536.0, 0.2, 8.0), _scale_row("faiss-hnsw", None, 1792.0, 0.19, 0.3),
+             _scale_row("faiss-ivfpq", None, 56.0, 0.15, 0.2)]
+    scale += [_scale_row(m, k, b, 0.1 + 0.01 * k, 0.5) for m in ("csr", "opq", LONG) for k, b in ((4, 16.0), (32, 128.0))]
+    scale += [_scale_row("int8", None, 384.0, 0.2, 1.0)]
+    sizes = {"int8": MethodSizes(fixed=True, smallest_bytes=384.0), "sq": MethodSizes(smallest_bytes=192.0, smallest_k=4),
+             LONG: MethodSizes(smallest_bytes=16.0, smallest_k=4, fits={8: None})}
+    return BenchResult(
+        dataset={"name": "default", "corpus": 8000, "queries": 1500, "dim": 384, "judged_queries": 1500},
+        config={}, machine=MACHINE, rows=rows, notes=["a note that is long enough to need wrapping " * 4],
+        total_s=147.25, scale=scale, recommendation=recommend(scale, [8, 16, 32, 64, 128], sizes=sizes),
+        recommendation_rows="scale", corpus_recommendation=recommend(rows, [8, 16, 32, 64, 128], sizes=sizes))
+
+
+def _printed(result: BenchResult, *, width: int = 100, wide: bool = False) -> str:
+    console = Console(width=width, record=True)
+    report.print_table(result, console, wide=wide)
+    return console.export_text()
+
+
+def test_compact_tables_fit_100_columns_without_truncating() -> None:
+    result = realistic_result()
+    text = _printed(result)
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+    lines = text.splitlines()
+    assert any(LONG in line for line in lines)  # a long method name is shown whole
+    assert "ms/query" in text and "fit s" in text and "MRR@10" not in text  # compact columns
+    assert any(f"{LONG} + rerank-float32" in line or (LONG in line and "rerank" in nxt)
+               for line, nxt in zip(lines, lines[1:]))
+    assert "recommendation at 200,000 rows (the scale study's rows)" in " ".join(text.split())
+    for entry in result.recommendation:  # every verdict label is printed in full
+        if entry["best"] is not None:
+            assert entry["best"]["label"] in text and entry["fastest"]["label"] in text
+    assert "nothing fits" in text
+
+
+def test_wide_mode_has_every_column_and_folds_rather_than_truncates() -> None:
+    result = realistic_result()
+    text = _printed(result, width=260, wide=True)
+    for title, _, _ in report.COLUMNS + report.SCALE_COLUMNS:
+        assert title in text, title
+    assert "runner-up" in text and "margin" in text
+    assert "…" not in _printed(result, width=100, wide=True)
+
+
+def test_markdown_report_explains_nothing_fits_and_the_scale_basis(tmp_path: Path) -> None:
+    result = realistic_result()
+    files = report.write_report(result, tmp_path)
+    text = files["markdown"].read_text()
+    assert "scale study's rows at 200,000 rows" in text and "corpus rows of the table alone" in text
+    assert "Nothing fits 8 B per vector:" in text
+    assert "- int8: fixed 384 B per vector" in text and "- sq: smallest code 192 B per vector (k=4)" in text
+
+
+# -- colours --------------------------------------------------------------------------------------
+
+
+def _colours_of(ax: Any) -> dict[str, str]:
+    """label -> hex colour of every labelled line and scatter collection of ``ax``."""
+    found: dict[str, str] = {}
+    for line in ax.get_lines():
+        if not line.get_label().startswith("_"):
+            found[line.get_label()] = mcolors.to_hex(line.get_color())
+    for collection in ax.collections:
+        if not collection.get_label().startswith("_"):
+            found[collection.get_label()] = mcolors.to_hex(collection.get_edgecolor()[0])
+    return found
+
+
+def test_every_figure_colours_a_method_the_same_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    figures: dict[str, dict[str, str]] = {}
+    finish = report._finish
+
+    def capture(fig: Any, ax: Any, path: Path, **kw: Any) -> Path:
+        figures[path.stem] = _colours_of(ax)
+        return finish(fig, ax, path, **kw)
+
+    monkeypatch.setattr(report, "_finish", capture)
+    report.write_report(realistic_result(), tmp_path)
+    assert set(figures) == {"quality_vs_bytes", "quality_vs_latency", "pareto", "scale"}
+    seen: dict[str, set[str]] = {}
+    for labels in figures.values():
+        for label, colour in labels.items():
+            if label == "Pareto front":
+                continue
+            method = label.split("+")[0].strip()
+            seen.setdefault(method, set()).add(colour)
+    assert {"csr", "opq", LONG, "int8", "float32", "faiss-hnsw"} <= set(seen)
+    palette = report.result_colours(realistic_result())
+    for method, colours in seen.items():
+        assert colours == {palette[method]}, method  # one colour per method, in every figure
+        if method != LONG:
+            assert palette[method] == method_colour(method)  # registered methods and references: the registry's
+    assert method_colour("float32") == method_colour("faiss-flat") == "#000000"
+    assert len({palette[m] for m in seen if m not in REFERENCE_COLOURS}) == len(seen.keys() - REFERENCE_COLOURS.keys())
+
+
+def test_palette_follows_the_sorted_registry_third_party_included(fresh_plugins: None) -> None:
+    class Toy(adaptemb.get_registry().get("svd")):  # type: ignore[misc,valid-type]
+        name = "aaa_toy"
+
+    @adaptemb.hookimpl
+    def register_compressors(registry: CompressorRegistry) -> None:
+        registry.add(Toy)
+
+    adaptemb.register_plugin(types.SimpleNamespace(register_compressors=register_compressors), name="toy-colours")
+    names = sorted(adaptemb.get_registry().names())
+    assert names[0] == "aaa_toy"
+    colours = method_colours(names)
+    assert [colours[n] for n in names] == [PALETTE[i % len(PALETTE)] for i in range(len(names))]
+    assert not set(colours.values()) & set(REFERENCE_COLOURS.values())  # references stay apart
+    assert method_colour("not-installed") == method_colour("not-installed") in PALETTE  # a stable fallback
