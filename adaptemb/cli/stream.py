@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -27,7 +28,7 @@ from adaptemb.cli.options import (
 )
 from adaptemb.cli.output import console, plural
 from adaptemb.streaming import encode_files, read_code_shards
-from adaptemb.vectordb import export_codes
+from adaptemb.vectordb import InsecureTransportWarning, export_codes
 
 INTERRUPTED = 130
 """Exit code after Ctrl-C (128 + SIGINT), as shells report it."""
@@ -80,11 +81,35 @@ def export_codes_command(
     to: Annotated[VectorDB, typer.Option("--to", help="The vector database (the qdrant / milvus extra).")] = VectorDB.qdrant,
     collection: Annotated[str, typer.Option("--collection", help="Collection to create.")] = "adaptemb",
     recreate: Annotated[bool, flag("recreate", "Replace the collection if it exists (default: refuse).")] = False,
+    api_key_env: Annotated[str | None, typer.Option(
+        "--api-key-env", metavar="<name>", help="The environment variable that holds the server's credential "
+        "(default: QDRANT_API_KEY for Qdrant, MILVUS_TOKEN for Milvus: an API key or user:password). The NAME, "
+        "never the key: no option takes the key itself.")] = None,
+    ca_cert: Annotated[Path | None, typer.Option(
+        "--ca-cert", help="A PEM CA bundle to verify an https:// server's certificate against "
+        "(default: the public CAs; SSL_CERT_FILE for Qdrant, GRPC_DEFAULT_SSL_ROOTS_FILE_PATH for Milvus).")] = None,
 ) -> None:
-    """Write codes into a vector database collection (ids = row numbers): Qdrant or Milvus."""
+    """Write codes into a vector database collection (ids = row numbers): Qdrant or Milvus.
+
+    Credentials (a server URL only) come from the environment: the Qdrant API key from QDRANT_API_KEY,
+    the Milvus token (an API key, or user:password) from MILVUS_TOKEN, or either from the variable
+    --api-key-env names; unset, none is sent. The key is never printed. https:// locations verify the
+    server's certificate; a key sent over plain http:// to another machine prints a warning.
+    """
     if codes_path.is_dir():
         codes, ids = read_code_shards(codes_path, ids=True)
     else:
         codes, ids = load_codes(codes_path), None
-    export_codes(codes, to=to.value, location=location, collection=collection, ids=ids, recreate=recreate)
-    console.print(f"wrote {plural(len(codes), f'{codes.kind} code')} into {to.value} collection {collection!r} at {location}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", InsecureTransportWarning)
+        try:
+            result = export_codes(codes, to=to.value, location=location, collection=collection, ids=ids,
+                                  recreate=recreate, api_key_env=api_key_env, ca_cert=ca_cert)
+        finally:
+            for warning in caught:  # adaptemb's own as one line; any other as Python shows it
+                if issubclass(warning.category, InsecureTransportWarning):
+                    print(f"warning: {warning.message}", file=sys.stderr)
+                else:
+                    warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+    sent = f" ({result.credentials})" if result.credentials else ""
+    console.print(f"wrote {plural(len(codes), f'{codes.kind} code')} into {to.value} collection {collection!r} at {location}{sent}")
