@@ -9,6 +9,7 @@ product). One fit serves one M (faiss trains the codebooks for it): ``adaptemb b
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 import faiss
@@ -31,6 +32,12 @@ from .faiss_codes import (
 )
 
 _FAISS_SEED = 1234  # faiss' own default k-means seed: seed=0 reproduces faiss run directly
+# opq's training: the rotation on a seeded sample of 16 rows per centroid, faiss' 40 k-means iterations in its first
+# alternation, the final codebooks at the 4 iterations faiss' OPQ loop gave them (hot-started from its last codebooks).
+# benchmarks/opq_fit_speed.py measures NDCG@10 and fit seconds per budget against the rotation on every row.
+OPQ_ROWS_PER_CENTROID: int | None = 16
+OPQ_FIRST_PQ_ITERATIONS = 40
+OPQ_TRAIN_ITERATIONS = 4
 
 
 class PQCodes(FaissCodes):
@@ -71,6 +78,17 @@ class PQConfig(CompressorConfig):
 class OPQConfig(PQConfig):
     opq_iterations: int = Field(
         10, ge=1, description="OPQ rotation/codebook alternations (faiss' default is 50; 10 measured as good here).")
+    opq_rows_per_centroid: int | None = Field(
+        OPQ_ROWS_PER_CENTROID, ge=1, description="The rotation trains on at most this many rows per codebook centroid "
+        "(x 2^nbits: 4,096 rows at 16 and nbits 8; never fewer than d), a seeded sample (faiss' own OPQ cap, "
+        "OPQMatrix.max_train_points, is 65,536 rows: 256 per centroid at nbits 8); None: every row. The codebooks "
+        "train on every row.")
+    opq_first_pq_iterations: int = Field(
+        OPQ_FIRST_PQ_ITERATIONS, ge=1, description="k-means iterations of the codebooks in the rotation's first "
+        "alternation (faiss' OPQMatrix.niter_pq_0, default 40); the later ones use faiss' niter_pq (4).")
+    train_iterations: int = Field(
+        OPQ_TRAIN_ITERATIONS, ge=1, description="k-means iterations per sub-quantiser of the final codebooks on every "
+        "rotated row, started from the rotation loop's last codebooks (the PQ faiss' OPQ shares: 4, its niter_pq).")
 
 
 class PQCompressor(FaissCompressor):
@@ -109,6 +127,8 @@ class PQCompressor(FaissCompressor):
         if len(x) < ksub:
             raise ValueError(f"{self.name} with nbits={self.config.nbits} trains {ksub} centroids per sub-quantiser "
                              f"and needs at least {ksub} rows; got {len(x)} (lower nbits or pass more rows)")
+        if self.rotate and len(x) < d:  # faiss' OPQMatrix.train sizes a d x d buffer by n x d: fewer rows overrun it
+            raise ValueError(f"{self.name} trains a {d} x {d} rotation and needs at least d = {d} rows; got {len(x)}")
         index = faiss.index_factory(d, self.factory_string(d), METRIC)
         pq_index = faiss.downcast_index(index.index if self.rotate else index)
         # polysemous training only relabels the centroids (for Hamming filtering, which adaptemb does not use):
@@ -118,18 +138,44 @@ class PQCompressor(FaissCompressor):
         pq.cp.seed = _FAISS_SEED + self.config.seed
         pq.cp.niter = self.config.train_iterations
         pq.cp.min_points_per_centroid = 1  # faiss only warns below 39 rows per centroid; the rows are what they are
-        if self.rotate:
-            opq = faiss.downcast_VectorTransform(index.chain.at(0))
-            opq.niter = self.config.opq_iterations  # type: ignore[attr-defined]
-            opq.pq = pq  # train the rotation with this PQ's nbits and seed (faiss' default is its own 8-bit PQ)
+        rows = np.ascontiguousarray(x.numpy())
+        report: dict[str, Any] = {"train_rows": len(rows), "threads": max(1, torch.get_num_threads())}
         with faiss_threads():
-            index.train(np.ascontiguousarray(x.numpy()))
+            start = time.perf_counter()
+            if self.rotate:
+                sample = self._train_rotation(faiss.downcast_VectorTransform(index.chain.at(0)), pq, rows)
+                report.update(rotation_train_rows=sample, rotation_s=time.perf_counter() - start)
+            start = time.perf_counter()
+            index.train(rows)  # (after a trained rotation: the codebooks alone, on every rotated row)
+            report["codebooks_s"] = time.perf_counter() - start
+        self.fit_report = report
         rotation, inner = rotation_of(index)
         pq = faiss.downcast_index(inner).pq
         centroids = faiss.vector_to_array(pq.centroids).reshape(m, ksub, d // m)
         self._centroids = torch.from_numpy(centroids.astype(np.float32))
         self._rotation = None if rotation is None else torch.from_numpy(rotation)
         self._reset_encoders()
+
+    def _train_rotation(self, opq: Any, pq: Any, rows: np.ndarray) -> int:
+        """faiss' OPQ training of the rotation on a seeded sample of ``rows`` (``opq_rows_per_centroid``), alternating
+        it with ``pq``'s codebooks (faiss' default is its own 8-bit PQ; this one has our nbits and seed); ``pq`` is
+        left for the final codebooks' training. Returns the rows the rotation trained on."""
+        config = self.config
+        assert isinstance(config, OPQConfig)
+        opq.niter = config.opq_iterations
+        opq.niter_pq_0 = config.opq_first_pq_iterations
+        per_centroid = config.opq_rows_per_centroid
+        limit = len(rows) if per_centroid is None else max(rows.shape[1], per_centroid * 2**config.nbits)
+        if len(rows) > limit:  # our seeded sample (faiss' own, max_train_points, has a fixed seed)
+            rows = rows[np.sort(np.random.default_rng(config.seed).choice(len(rows), limit, replace=False))]
+        opq.max_train_points = len(rows)
+        opq.pq = pq
+        opq.train(np.ascontiguousarray(rows))
+        # faiss' OPQ loop leaves its own k-means settings on the shared PQ (niter_pq iterations, 1000 points per
+        # centroid): the final codebooks train with this config's iterations and faiss' default sampling instead
+        pq.cp.niter = config.train_iterations
+        pq.cp.max_points_per_centroid = faiss.ClusteringParameters().max_points_per_centroid
+        return len(rows)
 
     def tables(self, k: int) -> dict[str, np.ndarray]:
         tables = {"pq_centroids": self._centroids.numpy()}

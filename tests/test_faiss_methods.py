@@ -120,6 +120,27 @@ def test_opq_trains_faiss_opq(real: tuple[np.ndarray, np.ndarray], tmp_path: Pat
     np.testing.assert_array_equal(loaded.encode(docs).codes, codes.codes)
 
 
+def test_opq_rotation_trains_on_a_sample_and_the_codebooks_on_every_row(real: tuple[np.ndarray, np.ndarray]) -> None:
+    """The rotation trains on at most ``opq_rows_per_centroid`` x 2^nbits rows (faiss' OPQMatrix.max_train_points);
+    the final codebooks on every row with ``train_iterations`` (faiss' OPQ loop used to leave them at its own 4)."""
+    docs, _ = real
+    params = {"k": 8, "nbits": 4, "opq_iterations": 2, "seed": 0}
+    sampled = adaptemb.fit(docs[:900], "opq", opq_rows_per_centroid=30, **params)
+    assert sampled.fit_report["rotation_train_rows"] == 30 * 16 and sampled.fit_report["train_rows"] == 900
+    at_least_d = adaptemb.fit(docs[:900], "opq", opq_rows_per_centroid=2, **params)
+    assert at_least_d.fit_report["rotation_train_rows"] == docs.shape[1]  # never fewer rows than d
+    with pytest.raises(ValueError, match="needs at least d = 384 rows; got 300"):
+        adaptemb.fit(docs[:300], "opq", **params)
+    every = adaptemb.fit(docs[:900], "opq", opq_rows_per_centroid=None, **params)
+    assert every.fit_report["rotation_train_rows"] == 900
+    assert not np.array_equal(sampled.state_tensors()["rotation"].numpy(), every.state_tensors()["rotation"].numpy())
+    one, five = (adaptemb.fit(docs[:600], "opq", train_iterations=n, **params) for n in (1, 5))
+    np.testing.assert_array_equal(one.state_tensors()["rotation"].numpy(), five.state_tensors()["rotation"].numpy())
+    assert not np.array_equal(one.state_tensors()["pq_centroids"].numpy(), five.state_tensors()["pq_centroids"].numpy())
+    again = adaptemb.fit(docs[:600], "opq", train_iterations=5, **params)  # deterministic with a seed
+    np.testing.assert_array_equal(again.encode(docs).codes, five.encode(docs).codes)
+
+
 @pytest.mark.parametrize(("method", "params"), [("pq", {"k": 16}), ("sq", {"k": 4}), ("rabitq", {"k": 3, "rotation": True})])
 def test_save_load_rebuilds_faiss_with_identical_codes(real: tuple[np.ndarray, np.ndarray], tmp_path: Path,
                                                        method: str, params: dict[str, object]) -> None:

@@ -38,7 +38,9 @@ _ENCODE_BLOCK = 65536
 
 @dataclass
 class ScaleConfig:
-    """What the scale study runs: ``rows`` in all, each method at ``budgets`` (None: its default budget)."""
+    """What the scale study runs: ``rows`` in all, each method at ``budgets``: ``(None,)`` (the default), the budgets
+    of its rows in the bench's main table (``adaptemb.evaluate.runner``; with byte budgets, the same bytes per
+    vector); a tuple of ``k``, each method at those of them it supports."""
 
     rows: int
     noise: float = 0.75
