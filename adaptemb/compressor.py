@@ -20,6 +20,7 @@ from adaptemb.codes import Codes
 from adaptemb.errors import (
     CorruptFileError,
     InvalidConfigError,
+    InvalidConfigTypeError,
     NotFittedError,
     UnsupportedExportError,
     did_you_mean,
@@ -30,7 +31,13 @@ from adaptemb.index.brute import ScoreIndex
 from adaptemb.inputs import InputKind, InputSpec, IntegerEmbeddings
 from adaptemb.registry import get_index_registry
 from adaptemb.rows import RowStream
-from adaptemb.serialization import COMPRESSOR_FORMAT, FORMAT_VERSION, read_adaptemb_file, write_tensors
+from adaptemb.serialization import (
+    COMPRESSOR_FORMAT,
+    FORMAT_VERSION,
+    check_shapes,
+    read_adaptemb_file,
+    write_tensors,
+)
 from adaptemb.threads import compute_threads
 from adaptemb.validation import as_matrix, as_vector, check_budget
 
@@ -99,22 +106,27 @@ class Budgets:
         return self.low <= k <= self.high and (self.values is None or k in self.values)
 
     def resolve(self, k: int | None, method: str) -> int:
-        """Return the budget to use for a requested ``k`` (``None`` means the default)."""
+        """Return the budget to use for a requested ``k`` (``None`` means the default); ``InvalidConfigError``
+        naming ``k``, the value and the valid budgets otherwise (also a ``TypeError`` for a non-integer)."""
         if k is None:
             return self.default
         is_int = isinstance(k, (int, np.integer)) and not isinstance(k, bool)
+        bad = functools.partial(InvalidConfigError, parameter="k", value=k, valid=self.describe())
         if self.fixed and is_int and k != self.high and self.per_fit:
-            raise ValueError(f"this {method} was fitted for k={self.high} only; got k={k!r}: fit another {method} "
-                             f"with k={k!r} to encode at that budget")
+            raise bad(f"this {method} was fitted for k={self.high} only; got k={k!r}: fit another {method} "
+                      f"with k={k!r} to encode at that budget")
         if self.fixed and is_int and k != self.high:
-            raise ValueError(
-                f"{method} has no budget: it always keeps all {self.high} dims; "
-                f"pass k=None (or k={self.high}), got k={k!r}"
-            )
-        budget = check_budget(k, low=self.low, high=self.high, method=method)
+            raise bad(f"{method} has no budget: it always keeps all {self.high} dims; "
+                      f"pass k=None (or k={self.high}), got k={k!r}")
+        try:
+            budget = check_budget(k, low=self.low, high=self.high, method=method)
+        except TypeError as err:
+            raise InvalidConfigTypeError(str(err), parameter="k", value=k, valid=self.describe()) from None
+        except ValueError as err:
+            raise bad(str(err)) from None
         if self.values is not None and budget not in self.values:
-            raise ValueError(f"k={budget} is not a budget of {method}: valid budgets are "
-                             f"{', '.join(str(v) for v in self.values)}")
+            raise bad(f"k={budget} is not a budget of {method}: valid budgets are "
+                      f"{', '.join(str(v) for v in self.values)}")
         return budget
 
 
@@ -513,12 +525,18 @@ class Compressor(ABC):
     def from_saved(cls: type[_Self], metadata: dict[str, str], tensors: dict[str, torch.Tensor], *,  # noqa: PYI019
                    source: str | Path = "<memory>") -> _Self:
         """Rebuild a compressor from the metadata and tensors of a file ``save`` wrote."""
+        unfit = f"the saved {cls.name} tensors do not fit its config and dim={metadata.get('dim')}"
         try:
             config = cls.Config.model_validate_json(metadata["config"])
             dim = int(metadata["dim"])
             compressor = cls(config=config)
+            check_shapes(source, tensors, compressor._state_shapes(dim) or {}, unfit)
             compressor.restore(dim, tensors)
-        except (KeyError, ValueError, TypeError, pydantic.ValidationError, RuntimeError, json.JSONDecodeError) as err:
+        except CorruptFileError:
+            raise
+        except RuntimeError as err:  # torch's words (e.g. a copy between two shapes): kept as the cause only
+            raise CorruptFileError(f"{source}: {unfit}") from err
+        except (KeyError, ValueError, TypeError, pydantic.ValidationError, json.JSONDecodeError) as err:
             raise CorruptFileError(f"{source} holds a damaged {cls.name!r} compressor: {err}") from None
         compressor._check_restored(source)
         return compressor
@@ -530,11 +548,9 @@ class Compressor(ABC):
         row = torch.full((1, self.dim), self.dim**-0.5)
         try:
             arrays = {**self.encode(row).to_arrays(), **self.encode_queries(row).to_arrays()}
-        except (RuntimeError, ValueError, TypeError, IndexError, KeyError) as err:
-            raise CorruptFileError(
-                f"{source}: the saved {self.name} tensors do not fit its config and dim={self.dim} "
-                f"(encoding a test row failed: {err})"
-            ) from None
+        except (RuntimeError, ValueError, TypeError, IndexError, KeyError) as err:  # its words: the cause only
+            raise CorruptFileError(f"{source}: the saved {self.name} tensors do not fit its config and dim={self.dim} "
+                                   "(encoding a test row failed)") from err
         for name, array in arrays.items():
             if array.dtype.kind == "f" and not np.isfinite(array).all():
                 raise CorruptFileError(f"{source}: the saved {self.name} compressor encodes a test row to non-finite {name!r}")
@@ -586,6 +602,13 @@ class Compressor(ABC):
     @abstractmethod
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         """Restore what ``_state`` returned; raise ``KeyError``/``ValueError`` on missing or bad tensors."""
+
+    def _state_shapes(self, dim: int) -> dict[str, tuple[int | str, ...]] | None:
+        """The shape of each tensor ``_state`` returns for this config and ``dim``: an int is an exact size, a
+        string a size the fit chose (``"r"``), one size in every tensor naming it. A load refuses other shapes,
+        naming the tensor, what it found and what was expected. None (the default): not declared, so a load only
+        encodes a test row, and a mismatch reads "do not fit its config" without naming a tensor."""
+        return None
 
     def _decode(self, codes: Codes) -> torch.Tensor:
         raise NotImplementedError(f"{self.name} cannot decode codes back to embeddings")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import Any
 
 
 class AdaptembError(Exception):
@@ -33,7 +34,20 @@ class DuplicateIndexError(AdaptembError, ValueError):
 
 
 class InvalidConfigError(AdaptembError, ValueError):
-    """A parameter a method does not have, or a value outside its bounds."""
+    """A parameter a method does not have, or a value outside its bounds (a budget ``k`` included).
+
+    The message names the parameter, the value given and what is valid; ``parameter``, ``value`` and
+    ``valid`` hold them too where the raiser knows them (None otherwise)."""
+
+    def __init__(self, message: str, *, parameter: str | None = None, value: Any = None,
+                 valid: str | None = None) -> None:
+        super().__init__(message)
+        self.parameter, self.value, self.valid = parameter, value, valid
+
+
+class InvalidConfigTypeError(InvalidConfigError, TypeError):
+    """An ``InvalidConfigError`` for a value of the wrong type where callers have caught ``TypeError``
+    (a budget ``k=True`` or ``k="4"`` given to ``encode``)."""
 
 
 class NotFittedError(AdaptembError, RuntimeError):

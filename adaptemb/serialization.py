@@ -12,13 +12,16 @@ happens above it (``Compressor.from_saved``, ``adaptemb.load``, ``adaptemb.load_
   ``__adaptemb__`` (``format="adaptemb.codes"``, ``kind``, ``dim``, ``n``).
 
 Every write goes to a temporary file in the target folder (created with its missing parents) and is
-renamed into place, so a failed write leaves nothing behind, not even the folders it created. Every
+renamed into place, so a failed write leaves nothing behind, not even the folders it created; a full disk
+is one ``OSError(ENOSPC)`` naming the target, whatever library wrote the bytes. A folder where a file is
+read or written is ``IsADirectoryError`` naming it. Every
 safetensors read takes the header and the tensors from one read of the file, so a concurrent atomic
 replace can never mix two files.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -52,16 +55,21 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     Missing parent folders are created first (the temporary file lives in the target's own folder, so the
     rename stays atomic); when the write fails, the folders this call created are removed again if they
     are still empty. A file that ``path`` replaces keeps its permission bits (a private 0600 model stays
-    private)."""
+    private).
+
+    ``IsADirectoryError`` when ``path`` is a folder; a full disk (or quota), however the writing library
+    reports it (``OSError``, ``SafetensorError``, an ONNX or Arrow error), is ``OSError(errno.ENOSPC,
+    "No space left on device: the disk is full", path)`` with the library's error as its cause."""
     target = Path(path)
     if target.is_dir():
-        raise IsADirectoryError(f"{target} is a directory; give a file path")
+        raise is_a_directory(target)
     created = make_parents(target)
     try:
         mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o666 & ~_current_umask()
         fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except BaseException:
+    except BaseException as err:
         remove_empty_folders(created)
+        _raise_if_disk_full(err, target)
         raise
     os.close(fd)
     tmp = Path(tmp_name)
@@ -71,11 +79,36 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)  # mkstemp makes 0600: keep a replaced file's mode, else the usual permissions
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
         remove_empty_folders(created)
+        _raise_if_disk_full(err, target)
         raise
     return target
+
+
+DISK_FULL = "No space left on device: the disk is full"
+_DISK_FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+_DISK_FULL_WORDS = ("no space left on device", "disk quota exceeded", "storagefull", "os error 28")
+
+
+def _raise_if_disk_full(err: BaseException, target: Path) -> None:
+    """Raise the one disk-full ``OSError`` naming ``target`` when ``err`` (or an error it came from) says the
+    disk or the quota is full; return otherwise."""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        full = (isinstance(cause, OSError) and cause.errno in _DISK_FULL_ERRNOS) or any(
+            words in str(cause).lower() for words in _DISK_FULL_WORDS)
+        if full:
+            raise OSError(errno.ENOSPC, DISK_FULL, str(target)) from err
+        cause = cause.__cause__ or cause.__context__
+
+
+def is_a_directory(path: str | Path) -> IsADirectoryError:
+    """The error for a folder given where a file is read or written: ``Is a directory: PATH`` on the command line."""
+    return IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
 
 
 def make_parents(path: str | Path) -> list[Path]:
@@ -207,6 +240,34 @@ def _manifest(path: str | Path, metadata: Mapping[str, str]) -> dict[str, list] 
     return manifest
 
 
+def check_shapes(path: str | Path, tensors: Mapping[str, torch.Tensor], expected: Mapping[str, tuple[int | str, ...]],
+                 what: str) -> None:
+    """Refuse a tensor whose shape differs from ``expected`` (a method's declared shapes for its config and dim:
+    an int is an exact size, a string a size the fit chose, one size in every tensor naming it), or a declared
+    tensor the file lacks, with ``CorruptFileError("{path}: {what}: tensor 'x' has shape (31,), expected (32,)")``.
+    Tensors not declared are left to the method."""
+    sizes: dict[str, tuple[int, str]] = {}  # a named size -> (its value, the tensor that set it)
+    for name, shape in expected.items():
+        if name not in tensors:
+            raise CorruptFileError(f"{path}: {what}: tensor {name!r} of shape {_shape_text(shape, sizes)} is missing")
+        found = tuple(int(size) for size in tensors[name].shape)
+        want = [sizes[size][0] if isinstance(size, str) and size in sizes else size for size in shape]
+        if len(found) != len(shape) or any(isinstance(w, int) and w != f for w, f in zip(want, found)):
+            raise CorruptFileError(
+                f"{path}: {what}: tensor {name!r} has shape {found}, expected {_shape_text(shape, sizes)}")
+        for size, value in zip(shape, found):
+            if isinstance(size, str):
+                sizes.setdefault(size, (value, name))
+
+
+def _shape_text(shape: tuple[int | str, ...], sizes: Mapping[str, tuple[int, str]]) -> str:
+    """``(32,)``, ``(h, 32) with h=64 as in 'enc_weight'`` or ``(r, 32)``: a shape as ``check_shapes`` words it."""
+    text = f"({', '.join(str(size) for size in shape)}{',' if len(shape) == 1 else ''})"
+    named = [f"{size}={sizes[size][0]} as in {sizes[size][1]!r}" for size in dict.fromkeys(shape)
+             if isinstance(size, str) and size in sizes]
+    return f"{text} with {', '.join(named)}" if named else text
+
+
 def split_prefix(tensors: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
     """The tensors named ``prefix + name``, keyed by ``name``."""
     return {name[len(prefix) :]: t for name, t in tensors.items() if name.startswith(prefix)}
@@ -273,8 +334,10 @@ def _check_codes_header(source: Path, header: object) -> None:
 
 
 def existing_file(path: str | Path) -> Path:
-    """``path`` as a Path, or ``FileNotFoundError`` naming it."""
+    """``path`` as a Path; ``IsADirectoryError`` for a folder, else ``FileNotFoundError``, each naming it."""
     source = Path(path)
+    if source.is_dir():
+        raise is_a_directory(source)
     if not source.is_file():
         raise FileNotFoundError(f"no such file: {source}")
     return source

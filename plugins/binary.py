@@ -83,6 +83,9 @@ class BinaryCompressor(Compressor):
     def _state(self) -> dict[str, torch.Tensor]:
         return {"threshold": self._threshold.contiguous()}
 
+    def _state_shapes(self, dim: int) -> dict[str, tuple[int | str, ...]]:
+        return {"threshold": (dim,)}
+
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         self._threshold = tensors["threshold"]
         if self._threshold.ndim != 1:

@@ -35,6 +35,7 @@ from adaptemb import (
     Codes,
     Compressor,
     CompressorRegistry,
+    InvalidConfigError,
     ProjectedQueries,
     RowStream,
     StreamBatches,
@@ -187,7 +188,8 @@ class BSACompressor(Compressor):
         h = self.config.h or 8 * dim
         k = self.config.k or min(max(64, h // 128), max(1, h // 4))
         if k > h // 2:
-            raise ValueError(f"k={k} must be at most h // 2 = {h // 2} (h={h}); lower k or raise h")
+            raise InvalidConfigError(f"bsa: k={k} must be at most h // 2 = {h // 2} (h={h}); valid: k=1..{h // 2}, "
+                                     "or a larger h", parameter="k", value=k, valid=f"1..{h // 2}")
         return h, k
 
     def _holdout(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -324,6 +326,11 @@ class BSACompressor(Compressor):
 
     def _state(self) -> dict[str, torch.Tensor]:
         return {**self._model.state(), "k": torch.tensor([self._k])}
+
+    def _state_shapes(self, dim: int) -> dict[str, tuple[int | str, ...]]:
+        h = self.config.h or 8 * dim  # as _sizes chooses it
+        return {"encoder": (h, dim), "encoder_bias": (h,), "center": (dim,), "decoder": (h, dim),
+                "decoder_bias": (dim,), "k": (1,)}
 
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         self._model = BSAModel.from_state(tensors, decoder_bias=self.config.decoder_bias)

@@ -34,6 +34,7 @@ from adaptemb import (
     CompressorConfig,
     CompressorRegistry,
     DenseCodes,
+    InvalidConfigError,
     QuantizedCodes,
     hookimpl,
     principal_components,
@@ -138,7 +139,8 @@ class CLLRCompressor(Compressor):
         cfg = self.config
         h = min(cfg.rank, x.shape[1])
         if cfg.k is not None and cfg.k > h:
-            raise ValueError(f"k={cfg.k} exceeds the directions learned (rank={cfg.rank}, d={x.shape[1]})")
+            raise InvalidConfigError(f"cllr: k={cfg.k} exceeds the directions learned (rank={cfg.rank}, d={x.shape[1]}); "
+                                     f"valid: k=1..{h}, or a larger rank", parameter="k", value=cfg.k, valid=f"1..{h}")
         fit_rows = torch.cat([x, *supervision["pairs"]]) if supervision.get("pairs") is not None else x
         trained, validation = _hold_out_pairs(x, supervision, cfg)
         tensors, mode = _training_rows(x, **trained)
@@ -150,15 +152,15 @@ class CLLRCompressor(Compressor):
         after = measure(objective, tensors, cfg.seed, cfg.batch_size)
         weight, strength, singular = ordered_directions(objective.weight.detach(), covariance, objective.kept_rank)
         if len(weight) == 0:
-            raise ValueError(f"the {cfg.regularizer} proximal step removed every direction of L; lower alpha "
-                             f"(now {cfg.alpha}) or lam (now {cfg.lam})")
+            raise InvalidConfigError(f"cllr: the {cfg.regularizer} proximal step removed every direction of L; lower "
+                                     f"alpha (now {cfg.alpha}) or lam (now {cfg.lam})", parameter="alpha", value=cfg.alpha)
         anchors, anchor_ids = _nesting_anchors(x, **supervision)
         basis, nesting = nest_prefixes(weight, mean, anchors, x, anchor_ids, cfg)
         if nesting:
             weight, strength = block_spread_order(basis @ weight, covariance, nesting["prefixes"])
         if cfg.k is not None and cfg.k > len(weight):
-            raise ValueError(f"the regulariser left rank {len(weight)} < k={cfg.k}; lower alpha or lam, or ask for "
-                             f"k <= {len(weight)}")
+            raise InvalidConfigError(f"cllr: the regulariser left rank {len(weight)} < k={cfg.k}; valid: k=1..{len(weight)}, "
+                                     "or lower alpha or lam", parameter="k", value=cfg.k, valid=f"1..{len(weight)}")
         self._mean, self._weight = mean, weight.contiguous()
         self._scale = _int8_scale(self._weight, fit_rows - mean)
         report.extra.update(_report_extra(cfg, mode, before, after, weight, strength, singular), nesting=nesting)
@@ -207,6 +209,9 @@ class CLLRCompressor(Compressor):
 
     def _state(self) -> dict[str, torch.Tensor]:
         return {"mean": self._fitted_mean, "weight": self._fitted_weight, "int8_scale": self._fitted_scale}
+
+    def _state_shapes(self, dim: int) -> dict[str, tuple[int | str, ...]]:
+        return {"mean": (dim,), "weight": ("r", dim), "int8_scale": ("r",)}  # r: the rank the fit kept
 
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         if set(tensors) != {"mean", "weight", "int8_scale"}:

@@ -27,6 +27,7 @@ from adaptemb import (
     Codes,
     Compressor,
     CompressorRegistry,
+    InvalidConfigError,
     ProjectedQueries,
     RowStream,
     SparseCodes,
@@ -132,7 +133,9 @@ class CSRCompressor(Compressor):
         cfg = self.config
         hidden = cfg.hidden or 4 * x.shape[1]
         if cfg.k > hidden:
-            raise ValueError(f"k={cfg.k} is larger than the latent size h={hidden}")
+            size = f"hidden={hidden}" if cfg.hidden else f"hidden=None: 4 d = {hidden}"
+            raise InvalidConfigError(f"csr: k={cfg.k} is larger than the latent size ({size}); valid: k=1..{hidden}, "
+                                     "or a larger hidden", parameter="k", value=cfg.k, valid=f"1..{hidden}")
         objective = CSRObjective(self._initial_model(x, hidden, normalise.shift, normalise.scale), _loss_settings(cfg))
         before = self._measure(objective, *measured)
         report = train(objective, data, cfg, description="csr")
@@ -269,6 +272,12 @@ class CSRCompressor(Compressor):
 
     def _state(self) -> dict[str, torch.Tensor]:
         return self._fitted_model.state()
+
+    def _state_shapes(self, dim: int) -> dict[str, tuple[int | str, ...]]:
+        h = self.config.hidden or 4 * dim
+        shapes: dict[str, tuple[int | str, ...]] = {
+            "enc_weight": (h, dim), "enc_bias": (h,), "pre_bias": (dim,), "shift": (dim,), "scale": (dim,)}
+        return shapes if self.config.decoder == "tied" else {**shapes, "dec_weight": (h, dim)}
 
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         tied = "dec_weight" not in tensors

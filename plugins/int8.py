@@ -100,6 +100,9 @@ class Int8Compressor(Compressor):
     def _state(self) -> dict[str, torch.Tensor]:
         return {"scale": self._scale, "offset": self._offset}
 
+    def _state_shapes(self, dim: int) -> dict[str, tuple[int | str, ...]]:
+        return {"scale": (dim,), "offset": (dim,)}
+
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         self._scale, self._offset = tensors["scale"], tensors["offset"]
         if self._scale.shape != self._offset.shape or self._scale.ndim != 1:

@@ -22,6 +22,7 @@ from adaptemb import (
     Compressor,
     CompressorRegistry,
     DenseCodes,
+    InvalidConfigError,
     RowStream,
     StreamBatches,
     TrainingConfig,
@@ -80,7 +81,9 @@ class MRLCompressor(Compressor):
     def _learn(self, x: torch.Tensor, training_data: Callable[[torch.Tensor], Any]) -> None:
         """Fit the adapter (when configured) on ``training_data(unit rows of x)``; the int8 range on ``x``."""
         if self.config.k is not None and self.config.k > x.shape[1]:
-            raise ValueError(f"k={self.config.k} is longer than the embeddings (d={x.shape[1]})")
+            raise InvalidConfigError(f"mrl: k={self.config.k} is longer than the embeddings (d={x.shape[1]}); valid: "
+                                     f"k=1..{x.shape[1]}, or None for all", parameter="k", value=self.config.k,
+                                     valid=f"1..{x.shape[1]}")
         self._adapter: _Prefix | None = None
         if self.config.adapter == "linear":
             x = unit_rows(x)  # the adapter maps directions, like the truncation it replaces
@@ -120,6 +123,11 @@ class MRLCompressor(Compressor):
         if self._adapter is None:
             return state
         return {**state, "weight": self._adapter.weight, "bias": self._adapter.bias}
+
+    def _state_shapes(self, dim: int) -> dict[str, tuple[int | str, ...]]:
+        linear = self.config.adapter == "linear"
+        shapes: dict[str, tuple[int | str, ...]] = {"weight": (dim, dim), "bias": (dim,)} if linear else {}
+        return {**shapes, "value_range": (dim,)} if self.config.values == "int8" else shapes
 
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         expected = {"weight", "bias"} if self.config.adapter == "linear" else set()

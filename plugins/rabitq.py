@@ -157,6 +157,9 @@ class RaBitQCompressor(FaissCompressor):
             state["rotation"] = self._rotation
         return state
 
+    def _state_shapes(self, dim: int) -> dict[str, tuple[int | str, ...]]:
+        return {"rabitq_center": (dim,), **({"rotation": (dim, dim)} if self.config.rotation else {})}
+
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         self._center = tensors["rabitq_center"].float()
         self._rotation = tensors.get("rotation")

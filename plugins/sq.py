@@ -78,6 +78,9 @@ class SQCompressor(FaissCompressor):
     def _state(self) -> dict[str, torch.Tensor]:
         return {"sq_trained": self._trained}
 
+    def _state_shapes(self, dim: int) -> dict[str, tuple[int | str, ...]]:
+        return {"sq_trained": (2 * dim,)}  # faiss' per-dimension minimum, then range
+
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         self._trained = tensors["sq_trained"].float()
         if self._trained.ndim != 1 or self._trained.shape[0] % 2:

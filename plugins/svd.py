@@ -12,6 +12,7 @@ from adaptemb import (
     CompressorConfig,
     CompressorRegistry,
     DenseCodes,
+    InvalidConfigError,
     hookimpl,
     principal_components,
 )
@@ -40,7 +41,8 @@ class SVDCompressor(Compressor):
         d = x.shape[1]
         kept = self.config.k or d
         if kept > d:
-            raise ValueError(f"k={kept} components requested, but the embeddings have only d={d} dims")
+            raise InvalidConfigError(f"svd: k={kept} components, but the embeddings have only d={d} dims; "
+                                     f"valid: k=1..{d}, or None for all {d}", parameter="k", value=kept, valid=f"1..{d}")
         self._mean, self._components, self._variance = principal_components(x, kept)
         self._scale = self._offset = None
         if self.config.values == "int8":
@@ -76,6 +78,13 @@ class SVDCompressor(Compressor):
         if self._scale is not None and self._offset is not None:
             state.update(value_scale=self._scale, value_offset=self._offset)
         return state
+
+    def _state_shapes(self, dim: int) -> dict[str, tuple[int | str, ...]]:
+        kept = self.config.k or dim
+        shapes: dict[str, tuple[int | str, ...]] = {"mean": (dim,), "components": (kept, dim), "explained_variance": (kept,)}
+        if self.config.values == "int8":
+            shapes.update(value_scale=(kept,), value_offset=(kept,))
+        return shapes
 
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         self._mean, self._components = tensors["mean"], tensors["components"]

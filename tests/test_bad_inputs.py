@@ -18,13 +18,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 import adaptemb
 from adaptemb import CorruptFileError, InvalidConfigError, UnknownCompressorError
 from adaptemb.cli import app
-from adaptemb.serialization import read_tensors
+from adaptemb.datasets import Dataset, save_dataset
+from adaptemb.errors import InvalidConfigTypeError
+from adaptemb.serialization import read_tensors, write_tensors
 
 DIRECTION_METHODS = ("mrl", "csr", "bsa")  # methods that encode each row's direction (rows L2-normalised)
 
@@ -149,6 +152,35 @@ def tensors_that_contradict_the_config_are_refused_without_a_manifest(env: Env) 
         adaptemb.load(path)
 
 
+def tensor_that_does_not_fit_the_config_is_named_in_own_words(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tensor of another shape with a manifest that agrees (so only the config and dim can tell)."""
+    path = env.fitted["svd"].save(env.tmp / "svd.safetensors")
+    metadata, tensors = read_tensors(path)
+    tensors["mean"] = torch.zeros(64)
+    write_tensors(path, tensors, {k: v for k, v in metadata.items() if k != "tensors"})  # a fresh, consistent manifest
+    with pytest.raises(CorruptFileError) as caught:
+        adaptemb.load(path)
+    assert str(caught.value) == (f"{path}: the saved svd tensors do not fit its config and dim=32: "
+                                 "tensor 'mean' has shape (64,), expected (32,)")
+    cllr = adaptemb.fit(env.x, "cllr", **adaptemb.get_registry().get("cllr").test_params)
+    path = cllr.save(env.tmp / "cllr.safetensors")
+    metadata, tensors = read_tensors(path)
+    tensors["int8_scale"] = tensors["int8_scale"][:-1].clone()  # the rank the fit kept is named by the weight
+    write_tensors(path, tensors, {k: v for k, v in metadata.items() if k != "tensors"})
+    with pytest.raises(CorruptFileError, match=r"tensor 'int8_scale' has shape \(15,\), expected \(r,\) with r=16 as in 'weight'"):
+        adaptemb.load(path)
+    # a method that declares no shapes: the failed test encode, in adaptemb's words; torch's only as the cause
+    monkeypatch.setattr(type(env.fitted["svd"]), "_state_shapes", lambda self, dim: None)
+    path = env.fitted["svd"].save(env.tmp / "svd.safetensors")
+    metadata, tensors = read_tensors(path)
+    tensors["mean"], tensors["components"] = torch.zeros(64), torch.zeros(32, 64)
+    write_tensors(path, tensors, {k: v for k, v in metadata.items() if k != "tensors"})
+    with pytest.raises(CorruptFileError) as caught:
+        adaptemb.load(path)
+    assert str(caught.value) == f"{path}: the saved svd tensors do not fit its config and dim=32 (encoding a test row failed)"
+    assert isinstance(caught.value.__cause__, RuntimeError) and "size of tensor" not in str(caught.value)
+
+
 def codes_of_a_newer_format_version_are_refused(env: Env) -> None:
     _rewrite_codes_header(env, lambda header: header.update(format_version="2"))
     with pytest.raises(CorruptFileError, match="codes format version '2'; this adaptemb .* reads version 1"):
@@ -198,10 +230,89 @@ def cli_disk_full_is_one_error_line(env: Env, monkeypatch: pytest.MonkeyPatch) -
     args = ["fit", "--method", "svd", "--input", str(env.tmp / "x.npy"), "-o", str(env.tmp / "m.safetensors")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "Traceback" not in result.output
-    assert result.output.strip() == "error: No space left on device"
+    assert result.output.strip() == f"error: No space left on device: the disk is full: {env.tmp / 'm.safetensors'}"
     assert sorted(p.name for p in env.tmp.iterdir()) == ["x.npy"]  # nothing half-written
     debug = CliRunner().invoke(app, ["--debug", *args])
     assert debug.exit_code != 0 and isinstance(debug.exception, OSError)  # --debug: the real exception
+
+
+def disk_full_is_one_oserror_naming_the_target_from_every_writer(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    svd = env.fitted["svd"]
+    codes = svd.encode(env.x[:5])
+    dataset = Dataset.from_gold("d", env.x[:20], env.x[:3], np.arange(3))
+    np.save(env.tmp / "x.npy", env.x)
+    out = env.tmp / "out"
+    writers = {
+        "m.safetensors": lambda path: svd.save(path),
+        "c.npz": lambda path: adaptemb.save_codes(codes, path),
+        "i.safetensors": lambda path: svd.index(codes).save(path),
+        "d.npz": lambda path: save_dataset(dataset, path),
+        "d.safetensors": lambda path: save_dataset(dataset, path),
+        "m.onnx": lambda path: svd.export_onnx(path),
+        "shards": lambda path: adaptemb.encode_files(env.tmp / "x.npy", svd, path, progress=False),
+    }
+
+    def full(*args: object) -> None:  # the disk fills while the written bytes are flushed
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    for name, write in writers.items():
+        with pytest.raises(OSError) as caught:
+            write(out / name)
+        assert caught.value.errno == errno.ENOSPC and caught.value.strerror == "No space left on device: the disk is full"
+        assert caught.value.filename is not None and Path(caught.value.filename).parent in (out, out / name), name
+        assert not out.exists() or not [p for p in out.rglob("*") if p.is_file()], name  # nothing half-written
+    monkeypatch.undo()
+
+    def safetensors_full(*args: object, **kwargs: object) -> None:  # how safetensors itself reports it
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr("adaptemb.serialization.save_file", safetensors_full)
+    target = env.tmp / "new" / "m.safetensors"
+    with pytest.raises(OSError) as caught:
+        svd.save(target)
+    assert str(caught.value) == f"[Errno 28] No space left on device: the disk is full: '{target}'"
+    assert isinstance(caught.value.__cause__, SafetensorError)
+    assert not target.parent.exists()  # not even the folder it created
+
+
+def a_folder_where_a_file_is_expected_is_a_directory(env: Env) -> None:
+    folder = env.tmp / "a-folder"
+    folder.mkdir()
+    svd = env.fitted["svd"]
+    codes = svd.encode(env.x[:5])
+    calls = {
+        "load": lambda: adaptemb.load(folder),
+        "Compressor.load": lambda: type(svd).load(folder),
+        "load_codes": lambda: adaptemb.load_codes(folder),
+        "load_index": lambda: adaptemb.load_index(folder),
+        "load_embeddings": lambda: adaptemb.load_embeddings(folder),
+        "fit from a path": lambda: adaptemb.fit(folder, "svd"),
+        "save": lambda: svd.save(folder),
+        "save_codes": lambda: adaptemb.save_codes(codes, folder),
+        "index save": lambda: svd.index(codes).save(folder),
+        "save_dataset": lambda: save_dataset(Dataset.from_gold("d", env.x[:9], env.x[:2], np.arange(2)), _npz_folder(env)),
+        "export_onnx": lambda: svd.export_onnx(folder),
+        "export_encoder": lambda: adaptemb.export_encoder("all-MiniLM-L6-v2", svd, folder),  # before any model loads
+    }
+    for what, call in calls.items():
+        with pytest.raises(IsADirectoryError) as caught:
+            call()
+        assert caught.value.errno == errno.EISDIR, what
+        assert caught.value.filename in (str(folder), str(_npz_folder(env))), what
+    for args in (["info", str(folder)], ["fit", "--method", "svd", "--input", str(folder), "-o", str(env.tmp / "m.safetensors")]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2 and result.output.strip() == f"error: Is a directory: {folder}", args
+    np.save(env.tmp / "x.npy", env.x)
+    result = CliRunner().invoke(app, ["fit", "--method", "svd", "--input", str(env.tmp / "x.npy"), "-o", str(folder)])
+    assert result.exit_code == 2 and result.output.strip() == f"error: Is a directory: {folder}"
+
+
+def _npz_folder(env: Env) -> Path:
+    """A folder named like a dataset file (``save_dataset`` wants a .npz or .safetensors name)."""
+    folder = env.tmp / "folder.npz"
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 def cli_unwritable_folder_is_one_error_line(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -253,8 +364,36 @@ def one_budget_rule_for_methods_without_a_budget(env: Env) -> None:
     d = env.x.shape[1]
     for call in (lambda k: adaptemb.fit(env.x, "int8", k=k), lambda k: env.fitted["int8"].encode(env.x, k=k)):
         assert call(d) is not None  # k = d is what int8 keeps: accepted by fit and encode alike
-        with pytest.raises(ValueError, match=f"int8 has no budget: it always keeps all {d} dims"):
+        with pytest.raises(InvalidConfigError, match=f"int8 has no budget: it always keeps all {d} dims"):
             call(d - 1)
+
+
+def every_configuration_error_is_an_invalid_config_error(env: Env) -> None:
+    x, d = env.x, env.x.shape[1]
+    quick = {"epochs": 1, "progress": False}
+    cases = [  # (call, the parameter and value named, what is valid)
+        (lambda: adaptemb.fit(x, "int8", k=8), "got k=8", f"pass k=None \\(or k={d}\\)"),
+        (lambda: adaptemb.fit(x, "binary", k=8), "got k=8", f"k={d}"),
+        (lambda: adaptemb.fit(x, "svd", k=d + 1), f"k={d + 1}", f"valid: k=1..{d}"),
+        (lambda: adaptemb.fit(x, "mrl", k=d + 1), f"k={d + 1}", f"valid: k=1..{d}"),
+        (lambda: adaptemb.fit(x, "csr", k=65, hidden=64, **quick), "k=65", "valid: k=1..64"),
+        (lambda: adaptemb.fit(x, "bsa", k=33, h=64, **quick), "k=33", "valid: k=1..32"),
+        (lambda: adaptemb.fit(x, "cllr", k=17, rank=16, steps=1, progress=False), "k=17", "valid: k=1..16"),
+        (lambda: adaptemb.fit(x, "sq", k=5), "k: Input should be 4, 6 or 8", "got 5"),
+        (lambda: adaptemb.fit(x, "rabitq", k=9), "k: Input should be less than or equal to 4", "got 9"),
+        (lambda: adaptemb.fit(x, "svd", bogus=1), "unknown parameter 'bogus'", "Valid parameters"),
+        (lambda: env.fitted["svd"].encode(x, k=d + 1), f"k={d + 1} is out of range", f"1 <= k <= {d}"),
+        (lambda: env.fitted["int8"].encode(x, k=3), "got k=3", f"k={d}"),
+        (lambda: adaptemb.fit(x, "sq").encode(x, k=5), "k=5 is not a budget of sq", "valid budgets are 4, 6, 8"),
+    ]
+    for call, named, valid in cases:
+        with pytest.raises(InvalidConfigError, match=named) as caught:
+            call()
+        assert isinstance(caught.value, ValueError), named  # existing `except ValueError` keeps working
+        assert caught.match(valid)
+    with pytest.raises(InvalidConfigTypeError, match="k must be an integer between 1 and") as caught:
+        env.fitted["svd"].encode(x, k=True)  # a wrongly typed budget is still a TypeError too
+    assert isinstance(caught.value, TypeError) and caught.value.parameter == "k" and caught.value.value is True
 
 
 def replacing_a_private_file_keeps_its_mode(env: Env) -> None:
@@ -278,16 +417,20 @@ CASES: list[Callable[..., None]] = [
     tensor_of_another_dtype_is_refused_at_load,
     tensor_of_another_shape_is_refused_at_load,
     tensors_that_contradict_the_config_are_refused_without_a_manifest,
+    tensor_that_does_not_fit_the_config_is_named_in_own_words,
     codes_of_a_newer_format_version_are_refused,
     codes_of_a_foreign_format_are_refused,
     load_reads_header_and_tensors_from_one_read,
     cli_disk_full_is_one_error_line,
+    disk_full_is_one_oserror_naming_the_target_from_every_writer,
+    a_folder_where_a_file_is_expected_is_a_directory,
     cli_unwritable_folder_is_one_error_line,
     cli_unexpected_error_is_one_line_pointing_at_debug,
     float64_beyond_float32_says_it_overflows,
     method_names_are_suggested_case_insensitively,
     decoding_codes_wider_than_the_fit_names_the_widths,
     one_budget_rule_for_methods_without_a_budget,
+    every_configuration_error_is_an_invalid_config_error,
     replacing_a_private_file_keeps_its_mode,
 ]
 

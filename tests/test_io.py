@@ -143,7 +143,7 @@ def test_vecs_files_must_be_whole_rows_of_one_dimension(tmp_path: Path) -> None:
 def test_errors_name_the_file_and_what_is_valid(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no such file"):
         open_rows(tmp_path / "missing.npy")
-    with pytest.raises(FileNotFoundError, match="is a folder"):
+    with pytest.raises(IsADirectoryError, match=f"Is a directory: '{tmp_path}'"):
         open_rows(tmp_path)
     (tmp_path / "x.csv").write_text("1,2\n")
     with pytest.raises(ValueError, match=", ".join(SUPPORTED_SUFFIXES).replace(".", r"\.")):

@@ -19,6 +19,7 @@ import scipy.sparse as sp
 
 from adaptemb.datasets.base import Dataset
 from adaptemb.ranking import exact_top_k
+from adaptemb.serialization import is_a_directory
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 CLASSES = (
@@ -76,6 +77,8 @@ def read_fashion_mnist(split: str, folder: str | Path = FASHION_MNIST_DIR) -> tu
         root / f"{prefix}-labels-idx1-ubyte.gz",
     )
     for path in (images_path, labels_path):
+        if path.is_dir():
+            raise is_a_directory(path)
         if not path.is_file():
             raise FileNotFoundError(
                 f"Fashion-MNIST file {path} not found; install Debian's dataset-fashion-mnist "

@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from adaptemb.datasets.base import Dataset
+from adaptemb.serialization import is_a_directory
 
 WORDNET_DIR = Path("/usr/share/wordnet")
 POS_FILES = ("noun", "verb", "adj", "adv")
@@ -115,6 +116,8 @@ def read_wordnet(folder: str | Path = WORDNET_DIR) -> list[Synset]:
     synsets: list[Synset] = []
     for pos in POS_FILES:
         path = root / f"data.{pos}"
+        if path.is_dir():
+            raise is_a_directory(path)
         if not path.is_file():
             raise FileNotFoundError(
                 f"WordNet data file {path} not found; install it with `apt-get install wordnet-base` "

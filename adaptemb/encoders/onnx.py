@@ -52,7 +52,7 @@ from adaptemb.encoders.text import MINILM_NAMES, TextEncoder, load_text_encoder
 from adaptemb.errors import UnsupportedExportError
 from adaptemb.export import INPUT_NAME as HEAD_INPUT
 from adaptemb.export import require_onnx
-from adaptemb.serialization import atomic_write
+from adaptemb.serialization import atomic_write, is_a_directory
 from adaptemb.threads import compute_threads
 
 Modality = Literal["auto", "text", "image"]
@@ -404,7 +404,7 @@ def export_encoder(
         raise ValueError(f"quantize must be None or 'dynamic'; got {quantize!r}")
     target = Path(path)
     if target.is_dir():
-        raise IsADirectoryError(f"{target} is a directory; give a file path such as {target / 'encoder.onnx'}")
+        raise is_a_directory(target)  # before any model loads
     compressor = _as_compressor(compressor)
     budget = compressor.budgets().resolve(k, compressor.name)  # NotFittedError before any model loads
     if not compressor.exportable:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,9 +38,10 @@ def open_rows(path: str | Path, key: str | None = None) -> RowSource:
     """The reader of one embedding file, chosen by its suffix (see ``SUPPORTED_SUFFIXES``).
 
     ``key`` names the array of an ``.npz`` / ``.safetensors`` file or the vector column of a ``.parquet`` file;
-    it may be omitted when the file holds exactly one. Errors: ``FileNotFoundError`` (no such file, or a
-    folder), ``ValueError`` (an unsupported suffix, a key for a one-array file, several arrays and no key),
-    ``KeyError`` (no such key; lists what the file holds), ``CorruptFileError`` (naming the file).
+    it may be omitted when the file holds exactly one. Errors: ``FileNotFoundError`` (no such file),
+    ``IsADirectoryError`` (a folder), ``ValueError`` (an unsupported suffix, a key for a one-array file,
+    several arrays and no key), ``KeyError`` (no such key; lists what the file holds), ``CorruptFileError``
+    (naming the file).
     """
     source = _existing_file(path)
     suffix = source.suffix.lower()
@@ -64,7 +67,7 @@ def read_arrays(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]
 def _existing_file(path: str | Path) -> Path:
     source = Path(path)
     if source.is_dir():
-        raise FileNotFoundError(f"{source} is a folder, not a file")
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(source))
     if not source.is_file():
         raise FileNotFoundError(f"no such file: {source}")
     return source
