@@ -25,12 +25,13 @@ from adaptemb.errors import (
     NotFittedError,
     UnknownCompressorError,
     UnsupportedExportError,
+    ZeroRowsWarning,
 )
 from adaptemb.hookspecs import hookimpl
 from adaptemb.index import Index, SearchResult
 from adaptemb.index.bound import CompressedIndex, Rerank
 from adaptemb.inputs import INPUT_KINDS, InputKind, IntegerEmbeddings, scale_offset_from_ranges
-from adaptemb.linalg import principal_components, unit_rows
+from adaptemb.linalg import has_direction, principal_components, unit_rows
 from adaptemb.losses import cosine_distance, info_nce, normalized_mse
 from adaptemb.registry import (
     CompressorInfo,
@@ -84,6 +85,7 @@ __all__ = [
     "TrainingConfig",
     "UnknownCompressorError",
     "UnsupportedExportError",
+    "ZeroRowsWarning",
     "__version__",
     "as_matrix",
     "build_index",
@@ -95,6 +97,7 @@ __all__ = [
     "get_compressor",
     "get_index_registry",
     "get_registry",
+    "has_direction",
     "hookimpl",
     "index_dtype",
     "info_nce",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import sys
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from adaptemb.errors import (
     InvalidConfigTypeError,
     NotFittedError,
     UnsupportedExportError,
+    ZeroRowsWarning,
     did_you_mean,
 )
 from adaptemb.export import OnnxParity, export_checked
@@ -39,7 +42,7 @@ from adaptemb.serialization import (
     write_tensors,
 )
 from adaptemb.threads import compute_threads
-from adaptemb.validation import as_matrix, as_vector, check_budget
+from adaptemb.validation import all_zero_error, as_matrix, as_vector, check_budget, zero_rows
 
 _Self = TypeVar("_Self", bound="Compressor")
 Array = Any  # a numpy array or torch tensor; validated at run time by adaptemb.validation
@@ -248,8 +251,12 @@ class Compressor(ABC):
     @property
     def normalizes_rows(self) -> bool:
         """True for methods that encode each row's direction (they L2-normalise rows first, with
-        ``adaptemb.unit_rows``): scaling a row never changes its code, and all-zero rows, which have no
-        direction, are refused with a ``ValueError``. Override (a property) to declare it."""
+        ``adaptemb.unit_rows``): scaling a row never changes its code. An all-zero row has no direction: ``fit``
+        leaves such rows out (and pairs holding one), counts them in ``fit_report["zero_rows_skipped"]`` (and
+        ``"zero_pairs_skipped"``) and warns once (``ZeroRowsWarning``); input whose every row is zero is a
+        ``ValueError``. Such a method's ``encode`` (and ``encoder(k)``) must give a zero row the empty code of its
+        kind (zero values, no active features; ``adaptemb.has_direction`` masks them), so a zero query scores 0
+        against everything. Override (a property) to declare it."""
         return False
 
     @property
@@ -279,7 +286,13 @@ class Compressor(ABC):
         them, or a :class:`~adaptemb.rows.RowStream`. Methods that train by minibatches (``trains_on_stream``)
         then read every row once per epoch; the others fit on a uniform sample of ``stream_sample_rows`` rows.
         ``fit_report["stream"]`` says which. ``labels`` need the rows in memory; ``pairs`` are always arrays.
+
+        All-zero rows are data. A method that encodes directions (``normalizes_rows``) learns from the other
+        rows: zero rows (with their labels, and pairs whose query or document is zero) are left out, counted in
+        ``fit_report["zero_rows_skipped"]`` / ``["zero_pairs_skipped"]``, with one ``ZeroRowsWarning``; input
+        with no non-zero row is a ``ValueError``. Every other method fits on zero rows like on any row.
         """
+        self.fit_report = None
         spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
         stream = RowStream.of(x, key=key, nonzero_rows=self.normalizes_rows)
         if stream is not None:
@@ -294,17 +307,24 @@ class Compressor(ABC):
             raise TypeError("key names a column or tensor of a file; pass it with a path, not an array")
         given = spec.read(x)
         passthrough = given is not None and given.kind in self.accepts_input_kinds
-        matrix = None if passthrough else as_matrix(x if given is None else torch.from_numpy(given.to_float()),
-                                                    nonzero_rows=self.normalizes_rows)
+        matrix = None if passthrough else as_matrix(x if given is None else torch.from_numpy(given.to_float()))
         n, dim = (len(given), given.dim) if given is not None else matrix.shape  # type: ignore[union-attr]
+        zero = zero_rows(matrix) if matrix is not None and self.normalizes_rows else torch.zeros(n, dtype=torch.bool)
+        if bool(zero.all()):
+            raise all_zero_error("embeddings", n, self.name)
         supervision: dict[str, Any] = {}
+        pairs_skipped = None
         if pairs is not None:
-            supervision["pairs"] = self._check_pairs(pairs, dim, spec)
+            supervision["pairs"], pairs_skipped = self._check_pairs(pairs, dim, spec)
         if labels is not None:
             self._require_fit_input("labels")
             supervision["labels"] = torch.from_numpy(
                 as_vector(labels, name="labels", length=n, integer=True).astype(np.int64)
             )
+        if matrix is not None and bool(zero.any()):  # rows without a direction: left out, their labels with them
+            matrix = matrix[~zero]
+            if "labels" in supervision:
+                supervision["labels"] = supervision["labels"][~zero]
         with compute_threads():  # sized to the free cores of the machine (see adaptemb.threads)
             if matrix is None:
                 assert given is not None
@@ -312,7 +332,29 @@ class Compressor(ABC):
             else:
                 self._fit(matrix, **supervision)
         self.dim = dim
+        self._report_zero_rows(int(zero.sum()), n, pairs_skipped, None if pairs is None else len(pairs[0]))
         return self
+
+    def _report_zero_rows(self, skipped: int, rows: int, pairs_skipped: int | None, pairs: int | None) -> None:
+        """Record the all-zero rows (and pairs) a direction method left out in ``fit_report``; warn once."""
+        if not self.normalizes_rows:
+            return
+        report: dict[str, Any] = {"zero_rows_skipped": skipped}
+        if pairs_skipped is not None:
+            report["zero_pairs_skipped"] = pairs_skipped
+        self.fit_report = {**(self.fit_report or {}), **report}
+        if not skipped and not pairs_skipped:
+            return
+        parts = []
+        if skipped:
+            parts.append(f"{skipped:,} of {rows:,} rows are all zero")
+        if pairs_skipped:
+            parts.append(f"{pairs_skipped:,} of {pairs:,} pairs have an all-zero query or document")
+        warnings.warn(
+            f"{self.name}: {' and '.join(parts)}; they were left out of the fit ({self.name} encodes each row's "
+            "direction and a zero row has none; such a row still encodes, to the empty code). Counted in "
+            "fit_report['zero_rows_skipped']" + (" and ['zero_pairs_skipped']" if pairs_skipped is not None else ""),
+            ZeroRowsWarning, stacklevel=_caller_outside_adaptemb())
 
     @property
     def trains_on_stream(self) -> bool:
@@ -323,16 +365,18 @@ class Compressor(ABC):
     def _fit_from(self: _Self, stream: RowStream, pairs: tuple[Array, Array] | None) -> _Self:  # noqa: PYI019
         supervision: dict[str, Any] = {}
         with compute_threads():
+            pairs_skipped = None
             if pairs is not None:  # a first pass may be needed for the width of Python batches
                 self._require_fit_input("pairs")
-                supervision["pairs"] = self._check_pairs(pairs, stream.dim or self._first_width(stream))
+                supervision["pairs"], pairs_skipped = self._check_pairs(pairs, stream.dim or self._first_width(stream))
             self._fit_stream(stream, **supervision)
         assert stream.dim is not None and stream.rows is not None
         self.dim = stream.dim
-        sampled = not self.trains_on_stream and stream.rows > self.stream_sample_rows
+        sampled = not self.trains_on_stream and stream.kept_rows > self.stream_sample_rows
         self.fit_report = {**(self.fit_report or {}), "stream": {
             "source": stream.name, "rows": stream.rows,
             "trained_on": f"a uniform sample of {self.stream_sample_rows} rows" if sampled else "every row"}}
+        self._report_zero_rows(stream.skipped_rows, stream.rows, pairs_skipped, None if pairs is None else len(pairs[0]))
         return self
 
     @staticmethod
@@ -353,7 +397,7 @@ class Compressor(ABC):
         ``encode`` and ``encode_queries``) read integer embeddings as ``fit`` does."""
         self._require_fitted()
         budget = self.budgets().resolve(k, self.name)
-        matrix = as_matrix(x, dim=self.dim, nonzero_rows=self.normalizes_rows)
+        matrix = as_matrix(x, dim=self.dim)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1; got {batch_size}")
         with torch.inference_mode():
@@ -419,9 +463,11 @@ class Compressor(ABC):
 
     def query_budget(self, doc_codes: Codes) -> int | None:
         """The budget raw queries are encoded at for these documents: their common active count when it is
-        a valid budget (a fixed-k sparse code, a dense prefix), else None (the method's default)."""
+        a valid budget (a fixed-k sparse code, a dense prefix), else None (the method's default). Empty codes
+        (all-zero rows of a method that encodes directions) say nothing about the budget and are not counted."""
         budgets = self.budgets()
         counts = doc_codes.active_counts()
+        counts = counts[counts > 0]
         if budgets.fixed or not len(counts) or not (counts == counts[0]).all():
             return None
         return int(counts[0]) if budgets.low <= counts[0] <= budgets.high else None
@@ -479,8 +525,9 @@ class Compressor(ABC):
     def export_onnx(self, path: str | Path, k: int | None = None, *, sample: Array | None = None) -> OnnxParity:
         """Export the encoder at budget ``k`` to ONNX and check it against onnxruntime.
 
-        Returns the parity measured on ``sample`` rows (default: 64 seeded standard-normal rows); the file
-        is written only when onnxruntime reproduces ``encode``. Needs ``pip install 'adaptemb[onnx]'``.
+        Returns the parity measured on ``sample`` rows (default: 64 seeded standard-normal rows; all-zero rows
+        are fine); the file is written only when onnxruntime reproduces ``encode`` (as ``encoder_arrays`` lays it
+        out). Needs ``pip install 'adaptemb[onnx]'``.
         """
         self._require_fitted()
         if not self.exportable:
@@ -493,7 +540,13 @@ class Compressor(ABC):
             rows = torch.randn(64, self.dim, generator=self.generator)
         module = self.encoder(budget)
         return export_checked(module, rows, path, list(module.output_names),
-                              lambda x: self.encode(x, k=budget).to_arrays())
+                              lambda x: self.encoder_arrays(self.encode(x, k=budget), budget))
+
+    def encoder_arrays(self, codes: Codes, k: int) -> dict[str, np.ndarray]:
+        """The arrays ``encoder(k)`` emits, by output name, for rows ``encode(rows, k)`` gave as ``codes``: what
+        ``export_onnx`` checks the graph against. By default ``codes.to_arrays()``; a method whose encoder lays
+        its codes out otherwise (``bsa``'s fixed ``indices``, which mark a zero row's empty set with -1) overrides it."""
+        return codes.to_arrays()
 
     def file_metadata(self) -> dict[str, str]:
         """The string metadata a saved compressor carries (format, method, config, dim, version)."""
@@ -633,7 +686,9 @@ class Compressor(ABC):
             raise InvalidConfigError(f"{self.name} does not learn from {kind}; it accepts {accepted}")
 
     def _check_pairs(self, pairs: tuple[Array, Array], dim: int,
-                     spec: InputSpec | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     spec: InputSpec | None = None) -> tuple[tuple[torch.Tensor, torch.Tensor], int | None]:
+        """The validated (anchors, positives), and for a method that encodes directions how many pairs with an
+        all-zero anchor or positive were left out (None for other methods: they keep every pair)."""
         self._require_fit_input("pairs")
         if not isinstance(pairs, (tuple, list)) or len(pairs) != 2:
             raise TypeError("pairs must be a tuple (anchors, positives) of two (m, d) arrays")
@@ -642,12 +697,29 @@ class Compressor(ABC):
         def read(x: Array, name: str) -> torch.Tensor:
             given = spec.read(x, name=name, dim=dim)
             rows = x if given is None else torch.from_numpy(given.to_float())
-            return as_matrix(rows, name=name, dim=dim, nonzero_rows=self.normalizes_rows)
+            return as_matrix(rows, name=name, dim=dim)
 
         anchors, positives = read(pairs[0], "pair anchors"), read(pairs[1], "pair positives")
         if anchors.shape != positives.shape:
             raise ValueError(f"pair anchors {tuple(anchors.shape)} and positives {tuple(positives.shape)} differ in shape")
-        return anchors, positives
+        if not self.normalizes_rows:
+            return (anchors, positives), None
+        zero = zero_rows(anchors) | zero_rows(positives)
+        if bool(zero.all()):
+            raise ValueError(f"pairs: every one of the {len(zero):,} pairs has an all-zero anchor or positive, so none "
+                             f"can be learned from: {self.name} encodes each row's direction and a zero row has none")
+        if bool(zero.any()):
+            anchors, positives = anchors[~zero], positives[~zero]
+        return (anchors, positives), int(zero.sum())
+
+
+def _caller_outside_adaptemb() -> int:
+    """The ``stacklevel`` that points a warning issued here at the first caller outside the adaptemb package."""
+    package = Path(__file__).parent
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and Path(frame.f_code.co_filename).is_relative_to(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _config_error_message(cls: type[Compressor], err: pydantic.ValidationError) -> str:

@@ -62,6 +62,13 @@ class UnsupportedExportError(AdaptembError, NotImplementedError):
     """An ONNX export a method or model cannot make (the method declares no encoder, ``exportable`` is False)."""
 
 
+class ZeroRowsWarning(UserWarning):
+    """A fit left out all-zero rows (and pairs holding one): the method encodes each row's direction
+    (``normalizes_rows``) and a zero row has none. Issued once per fit, with the count; the fit report's
+    ``zero_rows_skipped`` (and ``zero_pairs_skipped``) hold the numbers. Such rows still encode, to the empty
+    code of the method's kind."""
+
+
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """Return " (did you mean 'x'?)" for the closest choice (compared case-insensitively), or "" when none is close."""
     by_lower = {choice.lower(): choice for choice in choices}

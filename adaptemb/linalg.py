@@ -38,9 +38,19 @@ def unit_rows(x: torch.Tensor) -> torch.Tensor:
 
     Each row is first divided by its largest magnitude, so the squared norm can neither overflow (rows
     of 1e30) nor underflow (rows of 1e-30): a row and any positive multiple of it get the same unit row.
-    All-zero rows stay zero (methods that encode directions refuse them at validation). Plain torch ops,
+    An all-zero row has no direction and stays all zero (never NaN), here and in an exported graph; methods
+    that encode directions give it the empty code of their kind (see ``has_direction``). Plain torch ops,
     so encoders that use it export to ONNX.
     """
     peak = x.abs().amax(dim=-1, keepdim=True)
     scaled = x / torch.where(peak > 0, peak, torch.ones_like(peak))
     return F.normalize(scaled, dim=-1)
+
+
+def has_direction(x: torch.Tensor) -> torch.Tensor:
+    """A (…, 1) boolean mask, True for the rows of ``x`` (…, d) that are not all zero: the rows that have a
+    direction. Methods that encode directions (``Compressor.normalizes_rows``) multiply what their encoder
+    emits by it (or mask their active set with it), so an all-zero row gets the empty code of their kind
+    (zero values, no active features) whatever biases the encoder adds after ``unit_rows``. Plain torch ops
+    (a max and a comparison), so it exports to ONNX."""
+    return x.abs().amax(dim=-1, keepdim=True) > 0

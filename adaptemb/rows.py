@@ -14,7 +14,7 @@ import torch
 
 from adaptemb.io import RowSource, list_column_rows, open_rows, pick_name, vector_columns
 from adaptemb.serialization import existing_file
-from adaptemb.validation import as_matrix
+from adaptemb.validation import all_zero_error, as_matrix, zero_rows
 
 CHUNK_ROWS = 16_384
 """Rows a stream reads at a time (and the unit its shuffled passes permute)."""
@@ -43,9 +43,11 @@ class RowStream:
     ``.npy``, ``.npz``, ``.safetensors``, ``.parquet``, ``.fvecs`` ...; rows laid end to end), a re-iterable of 2-D arrays (a list of batches, an object whose ``__iter__`` starts
     over), or a callable returning a fresh iterator of 2-D arrays. A one-shot iterator (a generator) is
     refused: fitting reads the rows more than once (a sample, then one pass per epoch). Every chunk is
-    validated like an array given to ``fit`` (finite floats, one width, and no all-zero rows for methods
-    that encode directions); errors name the rows. Memory: one chunk of ``chunk_rows`` rows, plus what the
-    caller keeps (a sample, a shuffle buffer of ``shuffle_rows`` rows).
+    validated like an array given to ``fit`` (finite floats, one width); errors name the rows. With
+    ``nonzero_rows`` (methods that encode directions) the stream yields only the rows that are not all zero,
+    keeping their positions, and counts the others (``skipped_rows``); a stream with no such row is a
+    ``ValueError``. Memory: one chunk of ``chunk_rows`` rows, plus what the caller keeps (a sample, a shuffle
+    buffer of ``shuffle_rows`` rows).
     """
 
     def __init__(self, name: str, *, files: Sequence[RowSource] = (), batches: Callable[[], Iterable[Any]] | None = None,
@@ -53,7 +55,9 @@ class RowStream:
         self.name, self._files, self._batches = name, list(files), batches
         self.nonzero_rows, self.chunk_rows, self.shuffle_rows = nonzero_rows, chunk_rows, shuffle_rows
         self.rows: int | None = sum(len(f) for f in self._files) if self._files else None
-        """Rows in one pass; None for batches until a first pass has counted them."""
+        """Rows in one pass (all-zero ones included); None for batches until a first pass has counted them."""
+        self.skipped_rows = 0
+        """All-zero rows a pass left out (``nonzero_rows``), counted by the first complete pass (0 until then)."""
         self.dim: int | None = None
         if self._files:
             widths = {f.path.name: (f.shape[1] if len(f.shape) == 2 else None) for f in self._files}
@@ -67,7 +71,7 @@ class RowStream:
         if isinstance(x, RowStream):
             copy = cls(x.name, files=x._files, batches=x._batches, nonzero_rows=nonzero_rows, chunk_rows=x.chunk_rows,
                        shuffle_rows=x.shuffle_rows)
-            copy.rows, copy.dim = x.rows, x.dim
+            copy.rows, copy.dim, copy.skipped_rows = x.rows, x.dim, x.skipped_rows
             return copy
         if isinstance(x, (str, os.PathLike)):
             x = [x]
@@ -119,12 +123,33 @@ class RowStream:
         stream._batches = batches
         return stream
 
+    @property
+    def kept_rows(self) -> int:
+        """Rows a pass yields: ``rows`` less the all-zero rows left out (``skipped_rows``, once counted)."""
+        assert self.rows is not None, "a first pass counts the rows of Python batches"
+        return self.rows - self.skipped_rows
+
     def chunks(self, rng: np.random.Generator | None = None) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
         """One pass: (row positions, validated float32 rows) a chunk at a time; file chunks in a random order
-        when ``rng`` is given (batches from Python always come in their own order)."""
-        if self._files:
-            yield from self._file_chunks(rng)
+        when ``rng`` is given (batches from Python always come in their own order). With ``nonzero_rows`` the
+        all-zero rows are left out (a chunk may then be empty) and counted in ``skipped_rows``."""
+        chunks = self._file_chunks(rng) if self._files else self._batch_chunks()
+        if not self.nonzero_rows:
+            yield from chunks
             return
+        kept = skipped = 0
+        for where, rows in chunks:
+            zero = zero_rows(rows)
+            if bool(zero.any()):
+                skipped += int(zero.sum())
+                where, rows = where[~zero.numpy()], rows[~zero]
+            kept += len(rows)
+            yield where, rows
+        if not kept:
+            raise all_zero_error(self.name, skipped, "this method")
+        self.skipped_rows = skipped
+
+    def _batch_chunks(self) -> Iterator[tuple[np.ndarray, torch.Tensor]]:
         assert self._batches is not None
         position = 0
         for batch in self._batches():
@@ -149,7 +174,7 @@ class RowStream:
 
     def _checked(self, batch: Any, start: int) -> torch.Tensor:
         name = f"rows {start}..{start + len(batch) - 1} of {self.name}" if hasattr(batch, "__len__") else self.name
-        rows = as_matrix(batch, name=name, dim=self.dim, nonzero_rows=self.nonzero_rows)
+        rows = as_matrix(batch, name=name, dim=self.dim)
         self.dim = rows.shape[1]
         return rows
 

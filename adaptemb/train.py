@@ -96,7 +96,7 @@ class StreamBatches:
     validation: list[torch.Tensor] = field(default_factory=list)
 
     def steps_per_epoch(self, batch_size: int) -> int:
-        rows = (self.stream.rows or batch_size) - len(self.held_out)
+        rows = (self.stream.kept_rows if self.stream.rows is not None else batch_size) - len(self.held_out)
         return max(1, math.ceil(rows / batch_size))
 
     @classmethod

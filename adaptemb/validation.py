@@ -17,8 +17,10 @@ def as_matrix(x: Any, *, name: str = "embeddings", dim: int | None = None, nonze
 
     Raises TypeError for a wrong container or dtype and ValueError for a wrong shape, an empty
     array, non-finite values, float64 values beyond float32's range, a dimension other than ``dim``
-    or (with ``nonzero_rows``, for methods that encode directions) an all-zero row. Computation
-    happens in float32; float64 inputs are rounded to float32, integer inputs are rejected rather than cast.
+    or (with ``nonzero_rows``, for callers that need a direction in every row) an all-zero row. All-zero
+    rows are valid data otherwise: ``Compressor.fit`` leaves them out of methods that encode directions
+    (``zero_rows`` finds them) and ``encode`` gives them the empty code. Computation happens in float32;
+    float64 inputs are rounded to float32, integer inputs are rejected rather than cast.
     """
     tensor = _to_tensor(x, name)
     if tensor.ndim != 2:
@@ -35,7 +37,7 @@ def as_matrix(x: Any, *, name: str = "embeddings", dim: int | None = None, nonze
     if not bool(finite.all()):
         _raise_not_finite(source, finite, name)
     if nonzero_rows:
-        zero = ~tensor.ne(0).any(dim=1)
+        zero = zero_rows(tensor)
         if bool(zero.any()):
             rows = torch.nonzero(zero).flatten()
             raise ValueError(
@@ -43,6 +45,20 @@ def as_matrix(x: Any, *, name: str = "embeddings", dim: int | None = None, nonze
                 "encodes each row's direction (rows are L2-normalised), and a zero row has none"
             )
     return tensor
+
+
+def zero_rows(x: torch.Tensor) -> torch.Tensor:
+    """A boolean (n,) mask of the all-zero rows of a validated (n, d) matrix: rows without a direction."""
+    return ~x.ne(0).any(dim=1)
+
+
+def all_zero_error(name: str, n: int, method: str) -> ValueError:
+    """The error for input whose every row is all zero, given to a method that encodes directions."""
+    return ValueError(
+        f"{name}: all {n:,} rows are all zero, so there is nothing to learn: {method} encodes each row's direction "
+        "(rows are L2-normalised) and a zero row has none. Zero rows among others are left out of the fit "
+        "(and encode to the empty code); fit on rows that are not all zero"
+    )
 
 
 def _raise_not_finite(source: torch.Tensor, finite32: torch.Tensor, name: str) -> None:

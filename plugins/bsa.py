@@ -42,6 +42,7 @@ from adaptemb import (
     TrainingConfig,
     as_matrix,
     cosine_distance,
+    has_direction,
     hookimpl,
     index_dtype,
     train,
@@ -154,7 +155,7 @@ class BSACompressor(Compressor):
         data = StreamBatches.holding_out(stream, lambda rows: [unit_rows(rows)], kept, self.config.val_fraction, self.config.seed)
         data.held_out = np.union1d(data.held_out, positions[held_idx.numpy()])
         assert stream.rows is not None
-        self._train(sample, train_idx, held_idx, data, stream.rows - len(data.held_out))
+        self._train(sample, train_idx, held_idx, data, stream.kept_rows - len(data.held_out))
 
     def _train(self, x: torch.Tensor, train_idx: torch.Tensor, held_idx: torch.Tensor, data: Any, rows: int) -> None:
         """Initialise on the unit rows ``x[train_idx]``, train on ``data`` (``rows`` training rows), and report
@@ -231,11 +232,12 @@ class BSACompressor(Compressor):
     # -- encoding -------------------------------------------------------------------------------
 
     def encode(self, x: Any, k: int | None = None, *, batch_size: int = 65536) -> Codes:
-        """``k=None``: natural mode (every ``s >= 0.5``, at most ``budgets().default``); ``k=j``: exactly j."""
+        """``k=None``: natural mode (every ``s >= 0.5``, at most ``budgets().default``); ``k=j``: exactly j.
+        An all-zero row (no direction) has no active feature in either mode."""
         if k is not None:
             return super().encode(x, k, batch_size=batch_size)
         self._require_fitted()
-        matrix = as_matrix(x, dim=self.dim, nonzero_rows=True)
+        matrix = as_matrix(x, dim=self.dim)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1; got {batch_size}")
         with torch.inference_mode():
@@ -243,19 +245,42 @@ class BSACompressor(Compressor):
         return parts[0] if len(parts) == 1 else BinarySparseCodes.concat(parts)
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
-        """Fixed mode: the ``k`` largest activations of each row."""
-        idx = torch.topk(self.activations(x), k, dim=1).indices
-        return BinarySparseCodes.from_indices(idx.numpy(), self._model.encoder.shape[0])
+        """Fixed mode: the ``k`` largest activations of each row; none for an all-zero row."""
+        idx = torch.topk(self.activations(x), k, dim=1).indices.numpy()
+        h = self._model.encoder.shape[0]
+        live = has_direction(x)[:, 0].numpy()
+        if live.all():
+            return BinarySparseCodes.from_indices(idx, h)
+        indptr = np.concatenate([[0], np.cumsum(np.where(live, k, 0))])
+        return BinarySparseCodes(indptr, np.sort(idx[live], axis=1).reshape(-1), h)
 
     def encoder(self, k: int) -> torch.nn.Module:
-        """Fixed mode at ``k`` as one module (natural mode's ragged output is not exported)."""
+        """Fixed mode at ``k`` as one module (natural mode's ragged output is not exported): sorted ``indices``
+        (n, k), -1 for the empty set of an all-zero row, or a packed ``bitmap`` when that is smaller."""
+        return BSAFixedEncoder(self._model, k, bitmap=self._fixed_bitmap(k)).eval()
+
+    def _fixed_bitmap(self, k: int) -> bool:
+        """Whether the fixed-mode encoder at ``k`` emits a bitmap (smaller than k indices) rather than indices."""
         h = self._model.encoder.shape[0]
-        index_bytes = index_dtype(h).itemsize  # the dtype BinarySparseCodes stores its indices in
-        return BSAFixedEncoder(self._model, k, bitmap=k * index_bytes > (h + 7) // 8).eval()
+        return k * index_dtype(h).itemsize > (h + 7) // 8  # the dtype BinarySparseCodes stores its indices in
+
+    def encoder_arrays(self, codes: Codes, k: int) -> dict[str, np.ndarray]:
+        """What ``encoder(k)`` emits for fixed-mode ``codes``: the packed ``bitmap``, or ``indices`` (n, k) with
+        the empty set of an all-zero row as k indices of -1."""
+        docs = self._check_codes(codes)
+        if self._fixed_bitmap(k):
+            return {"bitmap": np.packbits(docs.to_dense() > 0, axis=1)}
+        counts = docs.active_counts()
+        if np.any((counts != k) & (counts != 0)):
+            raise ValueError(f"fixed-mode codes at k={k} hold k or no active features per row; got counts "
+                             f"{sorted(set(counts.tolist()))[:5]}")
+        indices = np.full((len(docs), k), -1, dtype=np.int64)
+        indices[counts == k] = docs.indices.astype(np.int64).reshape(-1, k)
+        return {"indices": indices}
 
     def _encode_natural(self, x: torch.Tensor) -> BinarySparseCodes:
         values, idx = torch.topk(self.activations(x), self._max_active(), dim=1)
-        keep = (values >= THRESHOLD).numpy()
+        keep = ((values >= THRESHOLD) & has_direction(x)).numpy()
         mask = np.zeros((len(x), self._model.encoder.shape[0]), dtype=bool)
         rows = np.broadcast_to(np.arange(len(x))[:, None], keep.shape)
         mask[rows[keep], idx.numpy()[keep]] = True
@@ -285,7 +310,7 @@ class BSACompressor(Compressor):
         if not self.config.scoring.startswith("asymmetric"):
             return self.encode(x, k=k)
         self._require_fitted()
-        q = unit_rows(as_matrix(x, name="queries", dim=self.dim, nonzero_rows=True))
+        q = unit_rows(as_matrix(x, name="queries", dim=self.dim))  # an all-zero query stays zero: scores 0
         with torch.inference_mode():
             projected, offset = q @ self._model.decoder.T, q @ self._model.decoder_bias
         return ProjectedQueries(projected.contiguous().numpy(), offset.contiguous().numpy())

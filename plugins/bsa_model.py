@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from adaptemb import unit_rows
+from adaptemb import has_direction, unit_rows
 
 THRESHOLD = 0.5
 """A feature is active when ``s >= THRESHOLD`` (natural mode and training alike)."""
@@ -79,7 +79,8 @@ class BSAModel(nn.Module):
 class BSAFixedEncoder(nn.Module):
     """Fixed-mode encoder at one ``k`` (normalise → centre → matmul → sigmoid → topk), what ONNX export
     traces. Emits the stored layout of ``BinarySparseCodes``: sorted ``indices`` (n, k) when
-    ``k`` indices take no more bytes than a bitmap, else the packed ``bitmap`` (n, ceil(h / 8))."""
+    ``k`` indices take no more bytes than a bitmap, else the packed ``bitmap`` (n, ceil(h / 8)). An all-zero
+    row (no direction) has the empty set: k indices of -1, or an all-zero bitmap."""
 
     def __init__(self, model: BSAModel, k: int, *, bitmap: bool) -> None:
         super().__init__()
@@ -90,10 +91,11 @@ class BSAFixedEncoder(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
         s = self.model.activations(unit_rows(x))
         idx = torch.topk(s, self.k, dim=1).indices
+        live = has_direction(x)
         if not self.bitmap:
-            return (torch.sort(idx, dim=1).values,)
+            return (torch.where(live, torch.sort(idx, dim=1).values, torch.full_like(idx, -1)),)
         h = s.shape[1]
-        mask = torch.zeros_like(s).scatter(1, idx, 1.0)
+        mask = torch.zeros_like(s).scatter(1, idx, 1.0) * live
         mask = F.pad(mask, (0, (-h) % 8))
         packed = (mask.reshape(mask.shape[0], -1, 8) * self.bit_weights).sum(dim=2)
         return (packed.to(torch.int32),)

@@ -121,7 +121,7 @@ class CSRCompressor(Compressor):
         shift, scale = self._normalisation(sample)
         normalise = _Normaliser(self.config.normalize, shift, scale)
         assert stream.rows is not None
-        prepare = _StreamRows(normalise, stream.rows, supervision.get("pairs"), self.config.seed)
+        prepare = _StreamRows(normalise, stream.kept_rows, supervision.get("pairs"), self.config.seed)
         data = StreamBatches.holding_out(stream, prepare, (positions, sample), self.config.val_fraction, self.config.seed)
         sample = normalise(sample)  # one normalised copy serves the start, the measurements and the report
         self._train(normalise, sample, data, (sample, sample, torch.arange(len(sample))))
@@ -240,7 +240,8 @@ class CSRCompressor(Compressor):
         return SparseCodes(indices, np.concatenate([v.numpy() for _, v in parts]), hidden)
 
     def encoder(self, k: int) -> CSREncoder:
-        """The encode path as one module (normalise, matmul, topk, relu), exported to ONNX as is."""
+        """The encode path as one module (normalise, matmul, topk, relu), exported to ONNX as is. With
+        ``normalize="l2"`` an all-zero row (no direction) gets k zero values, which add nothing to any score."""
         dtype = torch.float16 if self.config.value_dtype == "float16" else torch.float32
         return CSREncoder(self._fitted_model, k, value_dtype=dtype).eval()
 
@@ -250,8 +251,8 @@ class CSRCompressor(Compressor):
             return self.encode(x, k=k)
         self._require_fitted()
         self.budgets().resolve(k, self.name)
-        q = as_matrix(x, name="queries", dim=self.dim, nonzero_rows=self.normalizes_rows)
-        q = unit_rows(q) if self.normalizes_rows else q  # the score of a unit query: scale-free, no overflow
+        q = as_matrix(x, name="queries", dim=self.dim)
+        q = unit_rows(q) if self.normalizes_rows else q  # the score of a unit query: scale-free, no overflow; 0 for 0
         with torch.inference_mode():
             projected, offset = self._fitted_model.project_queries(q)
         return ProjectedQueries(projected.contiguous().numpy(), offset.contiguous().numpy())

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from adaptemb import unit_rows
+from adaptemb import has_direction, unit_rows
 
 NORMALIZATIONS = ("l2", "none", "standardize")
 
@@ -126,7 +126,9 @@ class CSRModel(nn.Module):
 
 
 class CSREncoder(nn.Module):
-    """The inference encoder at a fixed k (normalise → matmul → topk → relu): what ONNX export traces."""
+    """The inference encoder at a fixed k (normalise → matmul → topk → relu): what ONNX export traces. With L2
+    normalisation an all-zero row, which has no direction, keeps k entries whose values are all zero (the biases
+    would otherwise give it the code of the pre-bias)."""
 
     output_names = ("indices", "values")
 
@@ -136,4 +138,6 @@ class CSREncoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         values, indices = self.model.sparse_codes(self.model.normalise(x), self.k)
+        if self.model.normalize == "l2":
+            values = values * has_direction(x)
         return indices, values.to(self.value_dtype)

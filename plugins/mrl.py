@@ -26,6 +26,7 @@ from adaptemb import (
     RowStream,
     StreamBatches,
     TrainingConfig,
+    has_direction,
     hookimpl,
     principal_components,
     train,
@@ -161,7 +162,8 @@ def nested_prefixes(dim: int) -> list[int]:
 
 
 class _Prefix(torch.nn.Module):
-    """The encoder: optionally ``(unit(x) − bias) @ weight.T``, then the first k dims, L2-normalised."""
+    """The encoder: optionally ``(unit(x) − bias) @ weight.T``, then the first k dims, L2-normalised. An all-zero
+    row (no direction) encodes to zeros, with the adapter too (its bias would otherwise give it a direction)."""
 
     output_names = ("values",)
 
@@ -172,8 +174,10 @@ class _Prefix(torch.nn.Module):
         self.register_buffer("bias", bias)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
-        z = x if self.weight is None else (unit_rows(x) - self.bias) @ self.weight[: self.k].T
-        return (unit_rows(z[:, : self.k]),)
+        if self.weight is None:
+            return (unit_rows(x[:, : self.k]),)
+        z = (unit_rows(x) - self.bias) @ self.weight[: self.k].T
+        return (unit_rows(z) * has_direction(x),)
 
 
 class _NestedAdapter(torch.nn.Module):

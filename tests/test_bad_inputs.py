@@ -83,13 +83,27 @@ def huge_rows_do_not_encode_to_zeros(env: Env) -> None:
         assert np.abs(dense).sum(axis=1).min() > 0, name
 
 
-def zero_rows_are_refused_by_direction_methods(env: Env) -> None:
+def zero_rows_encode_to_the_empty_code_of_direction_methods(env: Env) -> None:
+    """A zero row is data (issue 30): a direction method gives it the empty code, the other rows keep theirs."""
     rows = env.x[:4].copy()
     rows[2] = 0
-    for name in DIRECTION_METHODS:
-        with pytest.raises(ValueError, match=r"all-zero rows \(1 of 4, first at row 2\)"):
-            env.fitted[name].encode(rows)
+    for name in (*DIRECTION_METHODS, "mrl-adapter"):
+        compressor = env.fitted[name]
+        for k in (None, 3):
+            codes = compressor.encode(rows, k=k)
+            assert not codes.to_dense()[2].any(), (name, k)
+            assert same_codes(codes[[0, 1, 3]], compressor.encode(rows[[0, 1, 3]], k=k)), (name, k)
+        queries = compressor.encode_queries(rows)
+        assert not compressor.score(queries, compressor.encode(env.x[:50]))[2].any(), name  # scores 0, no NaN
+    assert env.fitted["bsa"].encode(rows, k=3).active_counts().tolist() == [3, 3, 0, 3]
     assert len(env.fitted["svd"].encode(rows)) == 4  # a zero row is an ordinary point for svd
+
+
+def all_zero_fit_input_is_refused_by_direction_methods(env: Env) -> None:
+    for name in DIRECTION_METHODS:
+        with pytest.raises(ValueError, match=rf"embeddings: all 8 rows are all zero, so there is nothing to learn: "
+                                             rf"{name} encodes each row's direction"):
+            adaptemb.fit(np.zeros((8, 32), np.float32), name, **adaptemb.get_registry().get(name).test_params)
 
 
 def boolean_budgets_are_refused(env: Env) -> None:
@@ -409,7 +423,8 @@ def replacing_a_private_file_keeps_its_mode(env: Env) -> None:
 CASES: list[Callable[..., None]] = [
     row_scale_never_changes_a_direction_code,
     huge_rows_do_not_encode_to_zeros,
-    zero_rows_are_refused_by_direction_methods,
+    zero_rows_encode_to_the_empty_code_of_direction_methods,
+    all_zero_fit_input_is_refused_by_direction_methods,
     boolean_budgets_are_refused,
     float_and_text_budgets_are_refused_numpy_ints_accepted,
     cli_boolean_budget_is_refused,

@@ -165,9 +165,13 @@ def test_bad_rows_are_named_by_position(rows: np.ndarray, tmp_path: Path) -> Non
     zero = rows.copy()
     zero[10] = 0
     np.save(tmp_path / "zero.npy", zero)
-    with pytest.raises(ValueError, match="all-zero rows"):
-        adaptemb.fit(tmp_path / "zero.npy", "mrl")
+    with pytest.warns(adaptemb.ZeroRowsWarning, match=f"1 of {len(rows):,} rows are all zero"):
+        mrl = adaptemb.fit(tmp_path / "zero.npy", "mrl")  # a zero row is left out of a direction method's fit
+    assert mrl.fit_report is not None and mrl.fit_report["zero_rows_skipped"] == 1
     adaptemb.fit(tmp_path / "zero.npy", "svd")  # svd does not encode directions: a zero row is a row
+    np.save(tmp_path / "zeros.npy", np.zeros_like(rows))
+    with pytest.raises(ValueError, match=f"zeros.npy: all {len(rows):,} rows are all zero"):
+        adaptemb.fit(small_chunks(tmp_path / "zeros.npy"), "mrl")
 
 
 def test_refused_streams(rows: np.ndarray, files: dict[str, Path], tmp_path: Path) -> None:

@@ -142,9 +142,9 @@ def _pack_bits(mask: torch.Tensor) -> torch.Tensor:
 def _binary_sparse_bits(outs: dict[str, torch.Tensor], dim: int) -> tuple[torch.Tensor, ...]:
     if "bitmap" in outs:
         return (outs["bitmap"].to(torch.uint8),)
-    indices = outs["indices"].long()
+    indices = outs["indices"].long()  # -1 in every slot of a row with no active feature (an all-zero embedding)
     mask = torch.zeros(indices.shape[0], dim, dtype=torch.float32, device=indices.device)
-    return (_pack_bits(mask.scatter(1, indices, 1.0)),)
+    return (_pack_bits(mask.scatter(1, indices.clamp_min(0), (indices >= 0).float())),)
 
 
 def _torch_index_dtype(dim: int) -> torch.dtype:
