@@ -25,6 +25,7 @@ from adaptemb.errors import (
     NotFittedError,
     UnknownCompressorError,
     UnsupportedExportError,
+    AdaptembWarning,
     ZeroRowsWarning,
 )
 from adaptemb.hookspecs import hookimpl
@@ -85,6 +86,7 @@ __all__ = [
     "TrainingConfig",
     "UnknownCompressorError",
     "UnsupportedExportError",
+    "AdaptembWarning",
     "ZeroRowsWarning",
     "__version__",
     "as_matrix",

@@ -62,7 +62,11 @@ class UnsupportedExportError(AdaptembError, NotImplementedError):
     """An ONNX export a method or model cannot make (the method declares no encoder, ``exportable`` is False)."""
 
 
-class ZeroRowsWarning(UserWarning):
+class AdaptembWarning(UserWarning):
+    """A warning adaptemb itself issues (the command line prints these as one ``warning:`` line)."""
+
+
+class ZeroRowsWarning(AdaptembWarning):
     """A fit left out all-zero rows (and pairs holding one): the method encodes each row's direction
     (``normalizes_rows``) and a zero row has none. Issued once per fit, with the count; the fit report's
     ``zero_rows_skipped`` (and ``zero_pairs_skipped``) hold the numbers. Such rows still encode, to the empty

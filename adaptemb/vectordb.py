@@ -92,7 +92,7 @@ import numpy as np
 from pydantic import SecretStr
 
 from adaptemb.codes import Codes
-from adaptemb.errors import AdaptembError
+from adaptemb.errors import AdaptembError, AdaptembWarning
 
 VECTOR_NAME = "codes"
 ID_FIELD = "id"  # Milvus: the INT64 primary key
@@ -152,7 +152,7 @@ class ServerUnreachableError(VectorDBError, ConnectionError):
     """The server could not be reached, or its TLS certificate could not be verified."""
 
 
-class InsecureTransportWarning(UserWarning):
+class InsecureTransportWarning(AdaptembWarning):
     """A credential is about to travel unencrypted (plain ``http://`` to a host that is not this machine)."""
 
 

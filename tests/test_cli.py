@@ -244,3 +244,16 @@ def test_integer_embeddings_from_files_with_input_kind(tmp_path: Path) -> None:
     streamed = runner.invoke(app, ["fit", "-m", "svd", "-i", str(values), "-o", str(tmp_path / "s.safetensors"),
                                    "--stream", "--input-kind", "int8"])
     assert streamed.exit_code == 2 and "--stream reads float embeddings" in streamed.output
+
+
+def test_adaptemb_warnings_are_one_line(tmp_path: Path) -> None:
+    """A warning adaptemb issues (here: zero rows left out of a fit) is one ``warning:`` line, not a source excerpt."""
+    x = np.random.default_rng(0).standard_normal((200, 16)).astype(np.float32)
+    x[:20] = 0
+    np.save(path := tmp_path / "x.npy", x)
+    result = runner.invoke(app, ["fit", "-m", "mrl", "-i", str(path), "-o", str(tmp_path / "m.safetensors")],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    warning_lines = [line for line in result.output.splitlines() if "zero" in line.lower() and "warning" in line.lower()]
+    assert len(warning_lines) == 1 and warning_lines[0].startswith("warning: "), result.output
+    assert "ZeroRowsWarning" not in result.output and ".py:" not in result.output

@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import typer
 
-from adaptemb.errors import AdaptembError
+from adaptemb.errors import AdaptembError, AdaptembWarning
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 USER_ERRORS = (AdaptembError, ValueError, TypeError, KeyError, OSError, ModuleNotFoundError)
@@ -19,6 +20,7 @@ _CLI_CONTROL = (typer.Exit, typer.Abort, typer.TyperException)
 """typer's own control flow (an exit, Ctrl-C, a usage error): passed on for typer to handle."""
 
 _debug = False
+_PYTHON_SHOWWARNING = warnings.showwarning
 
 
 def set_debug(enabled: bool) -> None:
@@ -40,13 +42,25 @@ def error_message(err: BaseException) -> str:
     return f"unexpected {type(err).__name__}: {err} (rerun with --debug for the traceback, and report it)"
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """adaptemb's own warnings as one ``warning:`` line (where in the library it came from is of no use on the
+    command line); any other as Python shows it."""
+    if issubclass(category, AdaptembWarning):
+        print(f"warning: {message}", file=sys.stderr)
+    else:
+        _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
+
+
 def friendly_errors(command: _F) -> _F:
     """Run a CLI command; any failure prints ``error: <message>`` to stderr and exits with 2."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return command(*args, **kwargs)
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning
+                return command(*args, **kwargs)
         except _CLI_CONTROL:
             raise
         except Exception as err:

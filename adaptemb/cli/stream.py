@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shlex
 import sys
-import warnings
 from pathlib import Path
 from typing import Annotated
 
@@ -28,7 +27,7 @@ from adaptemb.cli.options import (
 )
 from adaptemb.cli.output import console, plural
 from adaptemb.streaming import encode_files, read_code_shards
-from adaptemb.vectordb import InsecureTransportWarning, export_codes
+from adaptemb.vectordb import export_codes
 
 INTERRUPTED = 130
 """Exit code after Ctrl-C (128 + SIGINT), as shells report it."""
@@ -100,16 +99,7 @@ def export_codes_command(
         codes, ids = read_code_shards(codes_path, ids=True)
     else:
         codes, ids = load_codes(codes_path), None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", InsecureTransportWarning)
-        try:
-            result = export_codes(codes, to=to.value, location=location, collection=collection, ids=ids,
-                                  recreate=recreate, api_key_env=api_key_env, ca_cert=ca_cert)
-        finally:
-            for warning in caught:  # adaptemb's own as one line; any other as Python shows it
-                if issubclass(warning.category, InsecureTransportWarning):
-                    print(f"warning: {warning.message}", file=sys.stderr)
-                else:
-                    warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+    result = export_codes(codes, to=to.value, location=location, collection=collection, ids=ids,
+                          recreate=recreate, api_key_env=api_key_env, ca_cert=ca_cert)
     sent = f" ({result.credentials})" if result.credentials else ""
     console.print(f"wrote {plural(len(codes), f'{codes.kind} code')} into {to.value} collection {collection!r} at {location}{sent}")
