@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,8 +26,10 @@ from adaptemb.cli.options import (
     InputOption,
     InputScaleOption,
     KeyOption,
+    Modality,
     OldBackboneOption,
     OldCompressorOption,
+    Quantize,
     Side,
     chosen,
     deprecated,
@@ -202,21 +203,6 @@ def export_command(
     export_onnx_command(output, compressor, k, sample, key, old_model)
 
 
-class ModelKind(str, Enum):
-    """What export-encoder's backbone takes."""
-
-    auto = "auto"
-    text = "text"
-    image = "image"
-
-
-class Quantize(str, Enum):
-    """ONNX quantisation of the backbone in export-encoder."""
-
-    none = "none"
-    dynamic = "dynamic"
-
-
 @app.command("export-encoder")
 @friendly_errors
 def export_encoder_command(
@@ -225,8 +211,8 @@ def export_encoder_command(
     compressor: CompressorOption = None,
     backbone: BackboneOption = None,
     k: Annotated[int | None, typer.Option("--k", "-k", help="Budget the encoder emits (default: the method's).")] = None,
-    modality: Annotated[ModelKind, typer.Option(
-        "--modality", help="auto: image for efficientnet-lite0, timm:, open_clip: and timm folders, else text.")] = ModelKind.auto,
+    modality: Annotated[Modality, typer.Option(
+        "--modality", help="auto: image for efficientnet-lite0, timm:, open_clip: and timm folders, else text.")] = Modality.auto,
     quantize: Annotated[Quantize, typer.Option(
         "--quantize", help="dynamic: quantise the backbone's weights to int8 (onnxruntime) and report the size, speed "
         "and code agreement of the int8 graph; below its parity bar the file is still written, the output says "

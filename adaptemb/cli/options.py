@@ -50,6 +50,21 @@ class VectorDB(str, Enum):
     milvus = "milvus"
 
 
+class Modality(str, Enum):
+    """What an encoder backbone takes."""
+
+    auto = "auto"
+    text = "text"
+    image = "image"
+
+
+class Quantize(str, Enum):
+    """ONNX quantisation of an exported backbone."""
+
+    none = "none"
+    dynamic = "dynamic"
+
+
 class InputKind(str, Enum):
     """What the values of an input embedding file are (never guessed from the dtype)."""
 
