@@ -9,7 +9,6 @@ import sys
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -18,15 +17,15 @@ import pydantic
 import torch
 
 from adaptemb._version import __version__
+from adaptemb.budgets import Budgets, largest_budget_within
 from adaptemb.codes import Codes
+from adaptemb.config import CompressorConfig, config_error_message
 from adaptemb.errors import (
     CorruptFileError,
     InvalidConfigError,
-    InvalidConfigTypeError,
     NotFittedError,
     UnsupportedExportError,
     ZeroRowsWarning,
-    did_you_mean,
 )
 from adaptemb.export import OnnxParity, export_checked
 from adaptemb.index.bound import CompressedIndex
@@ -42,95 +41,10 @@ from adaptemb.serialization import (
     write_tensors,
 )
 from adaptemb.threads import compute_threads
-from adaptemb.validation import all_zero_error, as_matrix, as_vector, check_budget, zero_rows
+from adaptemb.validation import all_zero_error, as_matrix, as_vector, zero_rows
 
 _Self = TypeVar("_Self", bound="Compressor")
 Array = Any  # a numpy array or torch tensor; validated at run time by adaptemb.validation
-
-
-class CompressorConfig(pydantic.BaseModel):
-    """Base of every method's configuration. Unknown fields are errors, values are bounded, and types
-    are strict: ``k=True``, ``k=32.0`` or ``k="32"`` are refused rather than read as an integer."""
-
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True)
-
-    seed: int = pydantic.Field(0, ge=0, description="Random seed; equal seeds give identical codes.")
-
-    @pydantic.model_validator(mode="before")
-    @classmethod
-    def _numpy_scalars_as_python(cls, data: Any) -> Any:
-        """numpy scalars (``np.int64(32)`` from an array) count as the Python number they hold."""
-        if isinstance(data, dict):
-            return {key: value.item() if isinstance(value, np.generic) else value for key, value in data.items()}
-        return data
-
-
-@dataclass(frozen=True)
-class Budgets:
-    """The budgets ``k`` (active dims per code) a fitted compressor can encode at.
-
-    ``values``: where only some ``k`` in ``low..high`` are valid (e.g. 4-, 6- and 8-bit scalar
-    quantisation), exactly those; None means every integer in the range. ``bounds_active``: whether ``k``
-    bounds the active dims of a code (False where it counts something else: bits per dimension,
-    sub-quantisers). ``per_fit``: the budget is fixed when fitting (the config's ``k``); encoding at
-    another ``k`` needs another fit (``adaptemb bench`` refits such a method per budget).
-    """
-
-    low: int
-    high: int
-    default: int
-    values: tuple[int, ...] | None = None
-    bounds_active: bool = True
-    per_fit: bool = False
-
-    @classmethod
-    def unbudgeted(cls, dim: int) -> Budgets:
-        """The budgets of a method without one: it always keeps all ``dim`` dims."""
-        return cls(low=dim, high=dim, default=dim)
-
-    @property
-    def fixed(self) -> bool:
-        """True for methods without a budget: they always keep ``high`` dims."""
-        return self.low == self.high
-
-    def describe(self) -> str:
-        """One line for people: ``k=1..384 (default 384)``, ``k=4, 6, 8 (default 8)`` or ``k=32 (this fit only)``."""
-        if self.per_fit and self.fixed:
-            return f"k={self.high} (this fit only; another k needs another fit)"
-        valid = ", ".join(map(str, self.values)) if self.values is not None else f"{self.low}..{self.high}"
-        return f"k={valid} (default {self.default})"
-
-    def options(self) -> list[int]:
-        """Every valid budget, ascending."""
-        return list(self.values) if self.values is not None else list(range(self.low, self.high + 1))
-
-    def allows(self, k: int) -> bool:
-        """True when ``k`` is a valid budget."""
-        return self.low <= k <= self.high and (self.values is None or k in self.values)
-
-    def resolve(self, k: int | None, method: str) -> int:
-        """Return the budget to use for a requested ``k`` (``None`` means the default); ``InvalidConfigError``
-        naming ``k``, the value and the valid budgets otherwise (also a ``TypeError`` for a non-integer)."""
-        if k is None:
-            return self.default
-        is_int = isinstance(k, (int, np.integer)) and not isinstance(k, bool)
-        bad = functools.partial(InvalidConfigError, parameter="k", value=k, valid=self.describe())
-        if self.fixed and is_int and k != self.high and self.per_fit:
-            raise bad(f"this {method} was fitted for k={self.high} only; got k={k!r}: fit another {method} "
-                      f"with k={k!r} to encode at that budget")
-        if self.fixed and is_int and k != self.high:
-            raise bad(f"{method} has no budget: it always keeps all {self.high} dims; "
-                      f"pass k=None (or k={self.high}), got k={k!r}")
-        try:
-            budget = check_budget(k, low=self.low, high=self.high, method=method)
-        except TypeError as err:
-            raise InvalidConfigTypeError(str(err), parameter="k", value=k, valid=self.describe()) from None
-        except ValueError as err:
-            raise bad(str(err)) from None
-        if self.values is not None and budget not in self.values:
-            raise bad(f"k={budget} is not a budget of {method}: valid budgets are "
-                      f"{', '.join(str(v) for v in self.values)}")
-        return budget
 
 
 _INPUT_PARAMETERS = ("input_kind", "input_scale", "input_offset", "input_dim")
@@ -225,7 +139,7 @@ class Compressor(ABC):
         try:
             return cls.Config(**params)
         except pydantic.ValidationError as err:
-            raise InvalidConfigError(_config_error_message(cls, err)) from None
+            raise InvalidConfigError(config_error_message(cls.name, cls.Config, err)) from None
 
     @classmethod
     def parameters(cls) -> dict[str, str]:
@@ -489,19 +403,7 @@ class Compressor(ABC):
             assert self.dim is not None
             rows = torch.randn(64, self.dim, generator=self.generator)
 
-        def size(k: int) -> float:
-            return self.encode(rows, k=k).bytes_per_vector
-
-        if size(options[0]) > nbytes:
-            return None
-        low, high = 0, len(options) - 1  # options[low] fits; find the last option that fits
-        while low < high:
-            middle = (low + high + 1) // 2
-            if size(options[middle]) <= nbytes:
-                low = middle
-            else:
-                high = middle - 1
-        return options[low]
+        return largest_budget_within(nbytes, options, lambda k: self.encode(rows, k=k).bytes_per_vector)
 
     def search(self, queries: Array, doc_codes: Codes, top_k: int = 10, *, k: int | None = None,
                input_kind: InputKind = "float", input_scale: Any = None, input_offset: Any = None,
@@ -720,15 +622,3 @@ def _caller_outside_adaptemb() -> int:
     while frame.f_back is not None and Path(frame.f_code.co_filename).is_relative_to(package):
         frame, level = frame.f_back, level + 1
     return level
-
-
-def _config_error_message(cls: type[Compressor], err: pydantic.ValidationError) -> str:
-    valid = ", ".join(f"{name}={field.default!r}" for name, field in cls.Config.model_fields.items())
-    problems = []
-    for item in err.errors():
-        field = ".".join(str(p) for p in item["loc"]) or "config"
-        if item["type"] == "extra_forbidden":
-            problems.append(f"unknown parameter {field!r}{did_you_mean(field, cls.Config.model_fields)}")
-        else:
-            problems.append(f"{field}: {item['msg']} (got {item.get('input')!r})")
-    return f"invalid parameters for {cls.name}: {'; '.join(problems)}. Valid parameters (defaults): {valid}"
