@@ -5,8 +5,6 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import sys
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -25,9 +23,9 @@ from adaptemb.errors import (
     InvalidConfigError,
     NotFittedError,
     UnsupportedExportError,
-    ZeroRowsWarning,
 )
 from adaptemb.export import OnnxParity, export_checked
+from adaptemb.fitting import fit_compressor
 from adaptemb.index.bound import CompressedIndex
 from adaptemb.index.brute import ScoreIndex
 from adaptemb.inputs import InputKind, InputSpec, IntegerEmbeddings
@@ -40,8 +38,7 @@ from adaptemb.serialization import (
     read_adaptemb_file,
     write_tensors,
 )
-from adaptemb.threads import compute_threads
-from adaptemb.validation import all_zero_error, as_matrix, as_vector, zero_rows
+from adaptemb.validation import as_matrix
 
 _Self = TypeVar("_Self", bound="Compressor")
 Array = Any  # a numpy array or torch tensor; validated at run time by adaptemb.validation
@@ -207,96 +204,15 @@ class Compressor(ABC):
         with no non-zero row is a ``ValueError``. Every other method fits on zero rows like on any row.
         """
         self.fit_report = None
-        spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
-        stream = RowStream.of(x, key=key, nonzero_rows=self.normalizes_rows)
-        if stream is not None:
-            if not spec.is_float:
-                raise InvalidConfigError(f"input_kind={input_kind!r} applies to an array in memory; files, batches and "
-                                         "streams are read as float embeddings")
-            if labels is not None:
-                raise ValueError("labels must line up with rows held in memory: fit on an array to use labels "
-                                 "(a stream's rows are read in shuffled chunks); pairs work with streams")
-            return self._fit_from(stream, pairs)
-        if key is not None:
-            raise TypeError("key names a column or tensor of a file; pass it with a path, not an array")
-        given = spec.read(x)
-        passthrough = given is not None and given.kind in self.accepts_input_kinds
-        matrix = None if passthrough else as_matrix(x if given is None else torch.from_numpy(given.to_float()))
-        n, dim = (len(given), given.dim) if given is not None else matrix.shape  # type: ignore[union-attr]
-        zero = zero_rows(matrix) if matrix is not None and self.normalizes_rows else torch.zeros(n, dtype=torch.bool)
-        if bool(zero.all()):
-            raise all_zero_error("embeddings", n, self.name)
-        supervision: dict[str, Any] = {}
-        pairs_skipped = None
-        if pairs is not None:
-            supervision["pairs"], pairs_skipped = self._check_pairs(pairs, dim, spec)
-        if labels is not None:
-            self._require_fit_input("labels")
-            supervision["labels"] = torch.from_numpy(
-                as_vector(labels, name="labels", length=n, integer=True).astype(np.int64)
-            )
-        if matrix is not None and bool(zero.any()):  # rows without a direction: left out, their labels with them
-            matrix = matrix[~zero]
-            if "labels" in supervision:
-                supervision["labels"] = supervision["labels"][~zero]
-        with compute_threads():  # sized to the free cores of the machine (see adaptemb.threads)
-            if matrix is None:
-                assert given is not None
-                self._fit_passthrough(given, **supervision)
-            else:
-                self._fit(matrix, **supervision)
-        self.dim = dim
-        self._report_zero_rows(int(zero.sum()), n, pairs_skipped, None if pairs is None else len(pairs[0]))
+        fit_compressor(self, x, pairs=pairs, labels=labels, key=key,
+                       spec=InputSpec.of(input_kind, input_scale, input_offset, input_dim))
         return self
-
-    def _report_zero_rows(self, skipped: int, rows: int, pairs_skipped: int | None, pairs: int | None) -> None:
-        """Record the all-zero rows (and pairs) a direction method left out in ``fit_report``; warn once."""
-        if not self.normalizes_rows:
-            return
-        report: dict[str, Any] = {"zero_rows_skipped": skipped}
-        if pairs_skipped is not None:
-            report["zero_pairs_skipped"] = pairs_skipped
-        self.fit_report = {**(self.fit_report or {}), **report}
-        if not skipped and not pairs_skipped:
-            return
-        parts = []
-        if skipped:
-            parts.append(f"{skipped:,} of {rows:,} rows are all zero")
-        if pairs_skipped:
-            parts.append(f"{pairs_skipped:,} of {pairs:,} pairs have an all-zero query or document")
-        warnings.warn(
-            f"{self.name}: {' and '.join(parts)}; they were left out of the fit ({self.name} encodes each row's "
-            "direction and a zero row has none; such a row still encodes, to the empty code). Counted in "
-            "fit_report['zero_rows_skipped']" + (" and ['zero_pairs_skipped']" if pairs_skipped is not None else ""),
-            ZeroRowsWarning, stacklevel=_caller_outside_adaptemb())
 
     @property
     def trains_on_stream(self) -> bool:
         """True when a fit from a stream trains on every row (minibatches, ``_fit_stream`` overridden); False
         when it fits on a uniform sample of ``stream_sample_rows`` rows."""
         return type(self)._fit_stream is not Compressor._fit_stream
-
-    def _fit_from(self: _Self, stream: RowStream, pairs: tuple[Array, Array] | None) -> _Self:  # noqa: PYI019
-        supervision: dict[str, Any] = {}
-        with compute_threads():
-            pairs_skipped = None
-            if pairs is not None:  # a first pass may be needed for the width of Python batches
-                self._require_fit_input("pairs")
-                supervision["pairs"], pairs_skipped = self._check_pairs(pairs, stream.dim or self._first_width(stream))
-            self._fit_stream(stream, **supervision)
-        assert stream.dim is not None and stream.rows is not None
-        self.dim = stream.dim
-        sampled = not self.trains_on_stream and stream.kept_rows > self.stream_sample_rows
-        self.fit_report = {**(self.fit_report or {}), "stream": {
-            "source": stream.name, "rows": stream.rows,
-            "trained_on": f"a uniform sample of {self.stream_sample_rows} rows" if sampled else "every row"}}
-        self._report_zero_rows(stream.skipped_rows, stream.rows, pairs_skipped, None if pairs is None else len(pairs[0]))
-        return self
-
-    @staticmethod
-    def _first_width(stream: RowStream) -> int:
-        _, rows = next(stream.chunks())
-        return rows.shape[1]
 
     def budgets(self) -> Budgets:
         """The budgets this fitted compressor supports."""
@@ -581,44 +497,3 @@ class Compressor(ABC):
     def _require_fitted(self) -> None:
         if not self.is_fitted:
             raise NotFittedError(f"this {self.name} compressor is not fitted; call fit(embeddings) first")
-
-    def _require_fit_input(self, kind: str) -> None:
-        if kind not in self.fit_inputs:
-            accepted = ", ".join(sorted(self.fit_inputs)) or "only the embeddings"
-            raise InvalidConfigError(f"{self.name} does not learn from {kind}; it accepts {accepted}")
-
-    def _check_pairs(self, pairs: tuple[Array, Array], dim: int,
-                     spec: InputSpec | None = None) -> tuple[tuple[torch.Tensor, torch.Tensor], int | None]:
-        """The validated (anchors, positives), and for a method that encodes directions how many pairs with an
-        all-zero anchor or positive were left out (None for other methods: they keep every pair)."""
-        self._require_fit_input("pairs")
-        if not isinstance(pairs, (tuple, list)) or len(pairs) != 2:
-            raise TypeError("pairs must be a tuple (anchors, positives) of two (m, d) arrays")
-        spec = spec or InputSpec()
-
-        def read(x: Array, name: str) -> torch.Tensor:
-            given = spec.read(x, name=name, dim=dim)
-            rows = x if given is None else torch.from_numpy(given.to_float())
-            return as_matrix(rows, name=name, dim=dim)
-
-        anchors, positives = read(pairs[0], "pair anchors"), read(pairs[1], "pair positives")
-        if anchors.shape != positives.shape:
-            raise ValueError(f"pair anchors {tuple(anchors.shape)} and positives {tuple(positives.shape)} differ in shape")
-        if not self.normalizes_rows:
-            return (anchors, positives), None
-        zero = zero_rows(anchors) | zero_rows(positives)
-        if bool(zero.all()):
-            raise ValueError(f"pairs: every one of the {len(zero):,} pairs has an all-zero anchor or positive, so none "
-                             f"can be learned from: {self.name} encodes each row's direction and a zero row has none")
-        if bool(zero.any()):
-            anchors, positives = anchors[~zero], positives[~zero]
-        return (anchors, positives), int(zero.sum())
-
-
-def _caller_outside_adaptemb() -> int:
-    """The ``stacklevel`` that points a warning issued here at the first caller outside the adaptemb package."""
-    package = Path(__file__).parent
-    frame, level = sys._getframe(1), 1
-    while frame.f_back is not None and Path(frame.f_code.co_filename).is_relative_to(package):
-        frame, level = frame.f_back, level + 1
-    return level
