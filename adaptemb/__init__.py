@@ -15,7 +15,6 @@ from adaptemb.codes import (
 from adaptemb.compressor import Budgets, Compressor, CompressorConfig
 from adaptemb.data import load_embeddings
 from adaptemb.devices import resolve_device
-from adaptemb.encoders.onnx import EncoderExport, export_encoder
 from adaptemb.errors import (
     AdaptembError,
     CorruptFileError,
@@ -34,6 +33,7 @@ from adaptemb.index.bound import CompressedIndex, Rerank
 from adaptemb.inputs import INPUT_KINDS, InputKind, IntegerEmbeddings, scale_offset_from_ranges
 from adaptemb.linalg import has_direction, principal_components, unit_rows
 from adaptemb.losses import cosine_distance, info_nce, normalized_mse
+from adaptemb.onnx.encoder import EncoderExport, export_encoder
 from adaptemb.registry import (
     CompressorInfo,
     CompressorRegistry,

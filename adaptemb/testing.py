@@ -399,7 +399,7 @@ class CompressorContract:
         out), finite: no NaN from normalising a row of norm 0."""
         for module in ("onnx", "onnxruntime", "onnxscript"):
             pytest.importorskip(module)
-        from adaptemb.export import run_onnx
+        from adaptemb.onnx.sessions import run_onnx
 
         if not contract_fitted.exportable:
             pytest.skip(f"{self.method} does not export to ONNX")

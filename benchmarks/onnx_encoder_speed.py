@@ -14,7 +14,7 @@ embeddings, then exported with the bundled all-MiniLM-L6-v2 twice: float32 and `
 Three pipelines encode the same texts in the same length-sorted batches: ``torch`` (``TextEncoder.encode``
 then ``compressor.encode``), ``onnx-fp32`` and ``onnx-int8`` (tokenised with the exported ``tokenizer.json``,
 run by onnxruntime on the CPU). Each record holds texts/s (tokenisation included), the ONNX file sizes,
-the code agreement of each ONNX pipeline with torch (``adaptemb.encoders.onnx.compare_codes``), NDCG@10 of the
+the code agreement of each ONNX pipeline with torch (``adaptemb.onnx.parity.compare_codes``), NDCG@10 of the
 method's search with each pipeline's documents and queries, NDCG@10 of the float embeddings, and the machine
 with its load average before and after. With CUDA present the torch pipeline also runs on the GPU (and
 onnxruntime with its CUDA provider when installed). Results are appended to ``<out>/onnx_encoder_speed.json``.
@@ -39,9 +39,11 @@ from adaptemb import BinaryCodes, BinarySparseCodes, Codes, DenseCodes, Quantize
 from adaptemb.datasets.builtin import load_builtin
 from adaptemb.datasets.wordnet import corpus_synsets, example_queries, read_wordnet
 from adaptemb.encoders import load_text_encoder
-from adaptemb.encoders.onnx import QUANTIZE_OPTIONS, compare_codes, storage_arrays
 from adaptemb.evaluate.machine import machine_info
 from adaptemb.evaluate.metrics import ndcg_at_k
+from adaptemb.onnx.parity import compare_codes
+from adaptemb.onnx.quantize import QUANTIZE_OPTIONS
+from adaptemb.onnx.storage import storage_arrays
 
 sys.path.insert(0, str(Path(__file__).parent))
 from records import append_record  # sibling benchmark modules (benchmarks/ is on sys.path)

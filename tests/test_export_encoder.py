@@ -19,16 +19,16 @@ import adaptemb
 from adaptemb import Codes, Compressor, DenseCodes
 from adaptemb.datasets import load_dataset
 from adaptemb.encoders import load_image_encoder, load_text_encoder
-from adaptemb.encoders import onnx as onnx_export
-from adaptemb.encoders.onnx import (
+from adaptemb.onnx import parity as onnx_parity
+from adaptemb.onnx.parity import (
     ATOL,
     MIN_AGREEMENT,
     QUANTIZED_MIN_AGREEMENT,
     QUANTIZED_MIN_COSINE,
-    SAMPLE_TEXTS,
     compare_codes,
-    storage_arrays,
 )
+from adaptemb.onnx.samples import SAMPLE_TEXTS
+from adaptemb.onnx.storage import storage_arrays
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
@@ -254,7 +254,7 @@ def test_quantised_export_reports_the_graph_it_wrote(tiny_bert: Path, tmp_path: 
     assert stored["quantized"] and stored["active_agreement"] == parity.active_agreement
     assert stored["min_active_agreement"] == QUANTIZED_MIN_AGREEMENT
 
-    monkeypatch.setattr(onnx_export, "QUANTIZED_MIN_AGREEMENT", 1.01)  # a bar no int8 graph meets
+    monkeypatch.setattr(onnx_parity, "QUANTIZED_MIN_AGREEMENT", 1.01)  # a bar no int8 graph meets
     target.unlink()
     failed = adaptemb.export_encoder(encoder, comp, target, k=4, quantize="dynamic")
     assert target.is_file() and not failed.parity.passed and not failed.passed and failed.float_parity.passed

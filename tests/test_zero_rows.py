@@ -143,8 +143,9 @@ def test_bsa_indices_head_marks_a_zero_row_with_minus_one(data: tuple[np.ndarray
     storage head of ``export_encoder`` turns into an all-zero bit row."""
     for module in ("onnx", "onnxruntime", "onnxscript"):
         pytest.importorskip(module)
-    from adaptemb.encoders.onnx import StorageHead, storage_arrays
-    from adaptemb.export import export_checked, run_onnx
+    from adaptemb.onnx.parity import export_checked
+    from adaptemb.onnx.sessions import run_onnx
+    from adaptemb.onnx.storage import StorageHead, storage_arrays
 
     x, _ = data
     bsa = adaptemb.fit(x, "bsa", **BSA)
@@ -160,8 +161,8 @@ def test_bsa_indices_head_marks_a_zero_row_with_minus_one(data: tuple[np.ndarray
     bits = head(torch.from_numpy(rows))[0].numpy()
     np.testing.assert_array_equal(bits, storage_arrays(codes, head.head.output_names)["bits"])
     assert not bits[zero].any()
-    export_checked(head, torch.from_numpy(rows), tmp_path / "storage.onnx", list(head.output_names),
-                   lambda batch: storage_arrays(bsa.encode(batch, k=k), head.head.output_names))
+    export_checked(head, torch.from_numpy(rows), tmp_path / "storage.onnx",
+                   storage_arrays(bsa.encode(rows, k=k), head.head.output_names))
 
 
 # -- streaming encode ---------------------------------------------------------------------------------

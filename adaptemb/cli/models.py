@@ -227,7 +227,7 @@ def export_encoder_command(
     old_model: OldBackboneOption = None,
 ) -> None:
     """Export a backbone and a fitted compressor as one ONNX graph: token ids or pixels in, codes out."""
-    from adaptemb.encoders.onnx import export_encoder  # the onnx extra
+    from adaptemb.onnx.encoder import export_encoder  # the onnx extra
 
     path = chosen(compressor, None, new="--compressor/-c", old="")
     model = chosen(backbone, old_model, new="--backbone", old="--model", required=False)
