@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
@@ -44,54 +42,18 @@ _Self = TypeVar("_Self", bound="Compressor")
 Array = Any  # a numpy array or torch tensor; validated at run time by adaptemb.validation
 
 
-_INPUT_PARAMETERS = ("input_kind", "input_scale", "input_offset", "input_dim")
-
-
-def _reading_input_kinds(func: Callable[..., Codes], *, queries: bool) -> Callable[..., Codes]:
-    """Give ``encode`` / ``encode_queries`` (a method's own override included) the ``input_kind`` options.
-
-    Float input goes to ``func`` untouched. Integer input is read by ``adaptemb.inputs``: a method that lists
-    the kind in ``accepts_input_kinds`` keeps the integers as its codes (``_encode_passthrough``; on the query
-    side only when it scores queries like documents), any other gets the dequantised float32 rows.
-    """
-    if getattr(func, "_reads_input_kinds", False):
-        return func
-
-    @functools.wraps(func)
-    def wrapper(self: Compressor, x: Any, k: int | None = None, *args: Any, input_kind: InputKind = "float",
-                input_scale: Any = None, input_offset: Any = None, input_dim: int | None = None, **kwargs: Any) -> Codes:
-        spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
-        name = "queries" if queries else "embeddings"
-        if spec.is_float:
-            spec.read(x, name=name)  # only refuses integer arrays, naming input_kind; the rest is func's to check
-            return func(self, x, k, *args, **kwargs)
-        self._require_fitted()
-        given = spec.read(x, name=name, dim=self.dim)
-        assert given is not None
-        if given.kind in self.accepts_input_kinds and (not queries or self._scores_symmetrically()):
-            self.budgets().resolve(k, self.name)
-            return self._encode_passthrough(given)
-        return func(self, torch.from_numpy(given.to_float()), k, *args, **kwargs)
-
-    signature = inspect.signature(func)
-    params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default="float" if name == "input_kind" else None)
-             for name in _INPUT_PARAMETERS]
-    tail = [p for p in signature.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
-    wrapper.__signature__ = signature.replace(parameters=[*params, *extra, *tail])  # type: ignore[attr-defined]
-    wrapper._reads_input_kinds = True  # type: ignore[attr-defined]
-    return wrapper
-
-
 class Compressor(ABC):
     """Fit on frozen embeddings once, then encode at any supported budget ``k``.
 
     Subclasses set ``name``, ``Config`` and ``budget_help``, and implement ``_fit``, ``_encode``,
-    ``_budgets``, ``_state`` and ``_set_state`` (plus ``_decode`` where the method can decode, and
-    ``encoder`` where it exports to ONNX). Inputs reach those hooks already validated, as float32 CPU
-    tensors. A method declares the code kind ``encode`` emits (``doc_kind``) and, when it scores
-    asymmetrically, the kind ``encode_queries`` emits (``query_kind``): ``index`` looks the search
-    backend up by that pair.
+    ``_budgets``, ``_state`` and ``_set_state`` (plus ``_decode`` where the method can decode, ``_encode_queries``
+    where it encodes queries its own way, and ``encoder`` where it exports to ONNX). The public ``fit``,
+    ``encode`` and ``encode_queries`` are defined here only: they read the input (``input_kind``), validate it
+    and the budget, and call those hooks with float32 CPU tensors. What a method can do it declares as class
+    attributes (a property where it depends on the config), never found out by looking at what it overrides:
+    ``doc_kind`` / ``symmetric`` / ``query_kind`` (which index backend serves it), ``fit_inputs``,
+    ``accepts_input_kinds``, ``normalizes_rows``, ``trains_on_stream``, ``natural_budget``, ``decodes`` and
+    ``exportable``.
     """
 
     name: ClassVar[str]
@@ -112,13 +74,25 @@ class Compressor(ABC):
     """Integer input kinds (``"int8"``, ``"ubinary"``) this method keeps as its codes, without re-quantising:
     ``fit`` then calls ``_fit_passthrough`` and ``encode`` ``_encode_passthrough`` with the validated
     ``IntegerEmbeddings``. Every other method gets such input dequantised to float32 (see ``adaptemb.inputs``)."""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        for name, queries in (("encode", False), ("encode_queries", True)):  # overrides take input_kind too
-            own = cls.__dict__.get(name)
-            if inspect.isfunction(own):
-                setattr(cls, name, _reading_input_kinds(own, queries=queries))
+    symmetric: ClassVar[bool] = True
+    """True when queries are encoded like documents (``encode_queries`` is ``encode``) and scored by the codes'
+    own similarity, so the codes' own index backend serves them. A method that encodes queries its own way
+    (``_encode_queries``) or scores otherwise (``score``) declares False, and the ``query_kind`` it emits."""
+    normalizes_rows: ClassVar[bool] = False
+    """True for methods that encode each row's direction (they L2-normalise rows first, with
+    ``adaptemb.unit_rows``): scaling a row never changes its code. An all-zero row has no direction: ``fit``
+    leaves such rows out (and pairs holding one), counts them in ``fit_report["zero_rows_skipped"]`` (and
+    ``"zero_pairs_skipped"``) and warns once (``ZeroRowsWarning``); input whose every row is zero is a
+    ``ValueError``. Such a method's ``encode`` (and ``encoder(k)``) must give a zero row the empty code of its
+    kind (zero values, no active features; ``adaptemb.has_direction`` masks them), so a zero query scores 0."""
+    trains_on_stream: ClassVar[bool] = False
+    """True when a fit from a stream trains on every row (the method's ``_fit_stream`` reads minibatches);
+    False when it fits on a uniform sample of ``stream_sample_rows`` rows (the default ``_fit_stream``)."""
+    natural_budget: ClassVar[bool] = False
+    """True when ``encode(x)`` with ``k=None`` encodes in the method's natural mode, ``_encode_natural(x)``:
+    each row keeps its own number of active dims (at most ``budgets().default``); ``k=j`` still encodes at j."""
+    decodes: ClassVar[bool] = False
+    """True when ``decode`` reconstructs embeddings from codes (the method implements ``_decode``)."""
 
     def __init__(self, config: CompressorConfig | None = None, **params: Any) -> None:
         if config is not None and params:
@@ -152,23 +126,11 @@ class Compressor(ABC):
 
     @property
     def query_kind(self) -> str | None:
-        """The code kind ``encode_queries`` emits. Defaults to ``doc_kind`` for methods that keep the base
-        ``encode_queries`` and ``score`` (queries are encoded like documents and scored by the codes' own
-        similarity; with no ``doc_kind`` either, ``index`` reads the kind from the codes). None for methods
-        that override them without declaring it: ``index`` then searches by brute force through ``score``.
-        Asymmetric methods declare it (a class attribute or a property: it may depend on the config)."""
-        return self.doc_kind if self._scores_symmetrically() else None
-
-    @property
-    def normalizes_rows(self) -> bool:
-        """True for methods that encode each row's direction (they L2-normalise rows first, with
-        ``adaptemb.unit_rows``): scaling a row never changes its code. An all-zero row has no direction: ``fit``
-        leaves such rows out (and pairs holding one), counts them in ``fit_report["zero_rows_skipped"]`` (and
-        ``"zero_pairs_skipped"``) and warns once (``ZeroRowsWarning``); input whose every row is zero is a
-        ``ValueError``. Such a method's ``encode`` (and ``encoder(k)``) must give a zero row the empty code of its
-        kind (zero values, no active features; ``adaptemb.has_direction`` masks them), so a zero query scores 0
-        against everything. Override (a property) to declare it."""
-        return False
+        """The code kind ``encode_queries`` emits: ``doc_kind`` for ``symmetric`` methods (with no ``doc_kind``
+        either, ``index`` reads the kind from the codes); None for the others unless they declare it (a class
+        attribute, or a property where it depends on the config): ``index`` then searches by brute force
+        through ``score``."""
+        return self.doc_kind if self.symmetric else None
 
     @property
     def exportable(self) -> bool:
@@ -176,9 +138,6 @@ class Compressor(ABC):
         ``adaptemb.export_encoder`` can export this method. Defaults to whether the method overrides
         ``encoder``; a method that exports only some configurations overrides this property to say so."""
         return type(self).encoder is not Compressor.encoder
-
-    def _scores_symmetrically(self) -> bool:
-        return type(self).encode_queries is Compressor.encode_queries and type(self).score is Compressor.score
 
     def fit(self: _Self, x: Array | str | Path | Sequence[str | Path] | RowStream | Iterable[Array] | Callable[[], Iterable[Array]],  # noqa: PYI019 (typing.Self is 3.11+; 3.10 is supported)
             *, pairs: tuple[Array, Array] | None = None, labels: Array | None = None, key: str | None = None,
@@ -208,37 +167,48 @@ class Compressor(ABC):
                        spec=InputSpec.of(input_kind, input_scale, input_offset, input_dim))
         return self
 
-    @property
-    def trains_on_stream(self) -> bool:
-        """True when a fit from a stream trains on every row (minibatches, ``_fit_stream`` overridden); False
-        when it fits on a uniform sample of ``stream_sample_rows`` rows."""
-        return type(self)._fit_stream is not Compressor._fit_stream
-
     def budgets(self) -> Budgets:
         """The budgets this fitted compressor supports."""
         self._require_fitted()
         return self._budgets()
 
-    @functools.partial(_reading_input_kinds, queries=False)
-    def encode(self, x: Array, k: int | None = None, *, batch_size: int = 65536) -> Codes:
-        """Encode embeddings ``x`` (n, d) at budget ``k`` (``None``: the method's default).
+    def encode(self, x: Array, k: int | None = None, *, batch_size: int = 65536, input_kind: InputKind = "float",
+               input_scale: Any = None, input_offset: Any = None, input_dim: int | None = None) -> Codes:
+        """Encode embeddings ``x`` (n, d) at budget ``k`` (``None``: the method's default, or its natural mode
+        where it has one: ``natural_budget``), ``batch_size`` rows at a time, through the method's ``_encode``.
 
-        ``input_kind`` / ``input_scale`` / ``input_offset`` / ``input_dim`` (keyword-only, on every method's
-        ``encode`` and ``encode_queries``) read integer embeddings as ``fit`` does."""
+        ``input_kind`` / ``input_scale`` / ``input_offset`` / ``input_dim`` read integer embeddings as ``fit`` does."""
+        rows = _as_given(self, x, InputSpec.of(input_kind, input_scale, input_offset, input_dim), "embeddings", keep=True)
+        if isinstance(rows, IntegerEmbeddings):
+            self.budgets().resolve(k, self.name)
+            return self._encode_passthrough(rows)
         self._require_fitted()
-        budget = self.budgets().resolve(k, self.name)
-        matrix = as_matrix(x, dim=self.dim)
+        budget = None if k is None and self.natural_budget else self.budgets().resolve(k, self.name)
+        matrix = as_matrix(rows, dim=self.dim)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1; got {batch_size}")
         with torch.inference_mode():
-            parts = [self._encode(matrix[i : i + batch_size], budget) for i in range(0, len(matrix), batch_size)]
+            parts = [self._encode_natural(block) if budget is None else self._encode(block, budget)
+                     for block in (matrix[i : i + batch_size] for i in range(0, len(matrix), batch_size))]
         return parts[0] if len(parts) == 1 else type(parts[0]).concat(parts)
 
-    @functools.partial(_reading_input_kinds, queries=True)
-    def encode_queries(self, x: Array, k: int | None = None) -> Codes:
-        """Encode queries for ``score``. Same as ``encode`` unless the method scores asymmetrically
-        (for example a dense query projected through a decoder against sparse document codes)."""
-        return self.encode(x, k=k)
+    def encode_queries(self, x: Array, k: int | None = None, *, input_kind: InputKind = "float", input_scale: Any = None,
+                       input_offset: Any = None, input_dim: int | None = None) -> Codes:
+        """Encode queries for ``score``: ``encode(x, k)`` for ``symmetric`` methods; the others encode them their
+        own way, ``_encode_queries`` (e.g. a dense query projected through a decoder against sparse documents).
+        ``input_kind`` and its options read integer queries as ``fit`` does."""
+        spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
+        rows = _as_given(self, x, spec, "queries", keep=self.symmetric)
+        if isinstance(rows, IntegerEmbeddings):
+            self.budgets().resolve(k, self.name)
+            return self._encode_passthrough(rows)
+        if self.symmetric:
+            return self.encode(rows, k=k)
+        self._require_fitted()
+        budget = None if k is None and self.natural_budget else self.budgets().resolve(k, self.name)
+        matrix = as_matrix(rows, name="queries", dim=self.dim)
+        with torch.inference_mode():
+            return self._encode_queries(matrix, budget)
 
     def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
         """Scores (n_queries, n_docs) of ``encode_queries`` output against ``encode`` output."""
@@ -279,7 +249,7 @@ class Compressor(ABC):
         budget = k if k is not None else self.query_budget(doc_codes)
         if budget is not None:
             self.budgets().resolve(budget, self.name)
-        query_kind = self.query_kind or (doc_codes.kind if self._scores_symmetrically() else None)
+        query_kind = self.query_kind or (doc_codes.kind if self.symmetric else None)
         backend = None if query_kind is None else get_index_registry().for_kinds(query_kind, doc_codes.kind)
         if backend is None:
             query_batch = options.get("query_batch", 512)
@@ -454,13 +424,23 @@ class Compressor(ABC):
     def _fit_stream(self, stream: RowStream, **supervision: Any) -> None:
         """Learn from a stream of rows too large to hold. By default: ``_fit`` on a uniform sample of
         ``stream_sample_rows`` rows (what faiss-style quantisers and PCA need); methods that train by
-        minibatches override this to read every row (``RowStream.shuffled_batches``, ``adaptemb.train``)."""
+        minibatches override this to read every row (``RowStream.shuffled_batches``, ``adaptemb.train``) and
+        declare ``trains_on_stream = True``."""
         _, sample = stream.sample(self.stream_sample_rows, self.config.seed)
         self._fit(sample, **supervision)
 
     @abstractmethod
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
         """Encode a validated batch at a resolved budget ``k``."""
+
+    def _encode_natural(self, x: torch.Tensor) -> Codes:
+        """Encode a validated batch in the natural mode (``encode(x)`` of a method that declares ``natural_budget``)."""
+        raise NotImplementedError(f"{self.name} declares natural_budget but has no _encode_natural")
+
+    def _encode_queries(self, x: torch.Tensor, k: int | None) -> Codes:
+        """The query codes of a method that is not ``symmetric``: validated float32 queries, a resolved budget
+        ``k`` (None: the natural mode of a ``natural_budget`` method). By default like documents, ``encode``."""
+        return self.encode(x, k=k)
 
     @abstractmethod
     def _budgets(self) -> Budgets:
@@ -482,6 +462,7 @@ class Compressor(ABC):
         return None
 
     def _decode(self, codes: Codes) -> torch.Tensor:
+        """Reconstruct validated codes as (n, d) embeddings (a method that implements it declares ``decodes``)."""
         raise NotImplementedError(f"{self.name} cannot decode codes back to embeddings")
 
     def _fit_passthrough(self, given: IntegerEmbeddings, **supervision: Any) -> None:
@@ -497,3 +478,19 @@ class Compressor(ABC):
     def _require_fitted(self) -> None:
         if not self.is_fitted:
             raise NotFittedError(f"this {self.name} compressor is not fitted; call fit(embeddings) first")
+
+
+def _as_given(compressor: Compressor, x: Any, spec: InputSpec, name: str, *, keep: bool) -> Any:
+    """The rows ``encode`` / ``encode_queries`` compute with, read as ``spec`` says (``adaptemb.inputs``): float
+    input as given (only an integer array is refused here, naming ``input_kind``); integer input as the validated
+    ``IntegerEmbeddings`` when ``keep`` and the method lists the kind in ``accepts_input_kinds`` (it keeps them as
+    its codes), else as their dequantised float32 rows."""
+    if spec.is_float:
+        spec.read(x, name=name)
+        return x
+    compressor._require_fitted()
+    given = spec.read(x, name=name, dim=compressor.dim)
+    assert given is not None
+    if keep and given.kind in compressor.accepts_input_kinds:
+        return given
+    return torch.from_numpy(given.to_float())

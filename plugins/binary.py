@@ -42,6 +42,7 @@ class BinaryCompressor(Compressor):
     budget_help = "no budget: keeps 1 bit for each of the d dims"
     doc_kind = "binary"
     accepts_input_kinds = ("ubinary",)
+    decodes = True
     config: BinaryConfig
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:

@@ -40,7 +40,6 @@ from adaptemb import (
     RowStream,
     StreamBatches,
     TrainingConfig,
-    as_matrix,
     cosine_distance,
     has_direction,
     hookimpl,
@@ -128,11 +127,12 @@ class BSACompressor(Compressor):
     budget_help = "k=None: natural mode (all s >= 0.5, ~k on average); k=j: exactly j active of h (1..h//2)"
     test_params: ClassVar[dict[str, Any]] = {"h": 64, "k": 8, "epochs": 2, "batch_size": 64, "progress": False}
     doc_kind = "binary_sparse"
+    symmetric = False  # its own encode_queries (projected queries) and score
+    normalizes_rows = True
+    trains_on_stream = True
+    natural_budget = True  # encode(x): every s >= 0.5, a count per row
+    decodes = True
     config: BSAConfig
-
-    @property
-    def normalizes_rows(self) -> bool:
-        return True
 
     @property
     def query_kind(self) -> str:
@@ -231,19 +231,6 @@ class BSACompressor(Compressor):
 
     # -- encoding -------------------------------------------------------------------------------
 
-    def encode(self, x: Any, k: int | None = None, *, batch_size: int = 65536) -> Codes:
-        """``k=None``: natural mode (every ``s >= 0.5``, at most ``budgets().default``); ``k=j``: exactly j.
-        An all-zero row (no direction) has no active feature in either mode."""
-        if k is not None:
-            return super().encode(x, k, batch_size=batch_size)
-        self._require_fitted()
-        matrix = as_matrix(x, dim=self.dim)
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1; got {batch_size}")
-        with torch.inference_mode():
-            parts = [self._encode_natural(matrix[i : i + batch_size]) for i in range(0, len(matrix), batch_size)]
-        return parts[0] if len(parts) == 1 else BinarySparseCodes.concat(parts)
-
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
         """Fixed mode: the ``k`` largest activations of each row; none for an all-zero row."""
         idx = torch.topk(self.activations(x), k, dim=1).indices.numpy()
@@ -279,6 +266,8 @@ class BSACompressor(Compressor):
         return {"indices": indices}
 
     def _encode_natural(self, x: torch.Tensor) -> BinarySparseCodes:
+        """Natural mode (``encode(x)``, ``k=None``): every feature with ``s >= 0.5``, at most ``budgets().default``;
+        none for an all-zero row."""
         values, idx = torch.topk(self.activations(x), self._max_active(), dim=1)
         keep = ((values >= THRESHOLD) & has_direction(x)).numpy()
         mask = np.zeros((len(x), self._model.encoder.shape[0]), dtype=bool)
@@ -305,14 +294,12 @@ class BSACompressor(Compressor):
         decoder = self._model.decoder.detach().numpy()
         return torch.from_numpy(np.asarray(csr @ decoder, dtype=np.float32)) + self._model.decoder_bias.detach()
 
-    def encode_queries(self, x: Any, k: int | None = None) -> Codes:
+    def _encode_queries(self, x: torch.Tensor, k: int | None) -> Codes:
         """Asymmetric scoring: ``ProjectedQueries`` ``(D q, <q, c>)`` of the unit-norm query; otherwise ``encode(x, k)``."""
         if not self.config.scoring.startswith("asymmetric"):
             return self.encode(x, k=k)
-        self._require_fitted()
-        q = unit_rows(as_matrix(x, name="queries", dim=self.dim))  # an all-zero query stays zero: scores 0
-        with torch.inference_mode():
-            projected, offset = q @ self._model.decoder.T, q @ self._model.decoder_bias
+        q = unit_rows(x)  # an all-zero query stays zero: scores 0
+        projected, offset = q @ self._model.decoder.T, q @ self._model.decoder_bias
         return ProjectedQueries(projected.contiguous().numpy(), offset.contiguous().numpy())
 
     def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:

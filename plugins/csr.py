@@ -33,7 +33,6 @@ from adaptemb import (
     SparseCodes,
     StreamBatches,
     TrainingConfig,
-    as_matrix,
     hookimpl,
     info_nce,
     normalized_mse,
@@ -92,6 +91,9 @@ class CSRCompressor(Compressor):
     test_params: ClassVar[dict[str, Any]] = {"hidden": 64, "k": 4, "epochs": 2, "batch_size": 64, "k_aux": 16, "progress": False}
     doc_kind = "sparse"
     stream_sample_rows = 32_768  # enough for the start (8,192-row median, h rows) and the report
+    symmetric = False  # its own encode_queries (projected queries by default) and score
+    trains_on_stream = True
+    decodes = True
     config: CSRConfig
 
     def __init__(self, config: CSRConfig | None = None, **params: Any) -> None:
@@ -99,7 +101,7 @@ class CSRCompressor(Compressor):
         self._model: CSRModel | None = None
 
     @property
-    def normalizes_rows(self) -> bool:
+    def normalizes_rows(self) -> bool:  # type: ignore[override]  # depends on the normalize option
         return self.config.normalize == "l2"
 
     @property
@@ -245,16 +247,12 @@ class CSRCompressor(Compressor):
         dtype = torch.float16 if self.config.value_dtype == "float16" else torch.float32
         return CSREncoder(self._fitted_model, k, value_dtype=dtype).eval()
 
-    def encode_queries(self, x: Any, k: int | None = None) -> Codes:
+    def _encode_queries(self, x: torch.Tensor, k: int | None) -> Codes:
         """Sparse codes (symmetric) or ``ProjectedQueries`` ``(W_dec (σ ⊙ q), <q, σ ⊙ b_pre + μ>)`` (asymmetric)."""
         if self.config.scoring == "symmetric":
             return self.encode(x, k=k)
-        self._require_fitted()
-        self.budgets().resolve(k, self.name)
-        q = as_matrix(x, name="queries", dim=self.dim)
-        q = unit_rows(q) if self.normalizes_rows else q  # the score of a unit query: scale-free, no overflow; 0 for 0
-        with torch.inference_mode():
-            projected, offset = self._fitted_model.project_queries(q)
+        q = unit_rows(x) if self.normalizes_rows else x  # the score of a unit query: scale-free, no overflow; 0 for 0
+        projected, offset = self._fitted_model.project_queries(q)
         return ProjectedQueries(projected.contiguous().numpy(), offset.contiguous().numpy())
 
     def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:

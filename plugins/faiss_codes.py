@@ -27,7 +27,7 @@ import faiss
 import numpy as np
 import torch
 
-from adaptemb import Budgets, Codes, Compressor, DenseCodes, Index, SearchResult, as_matrix
+from adaptemb import Budgets, Codes, Compressor, DenseCodes, Index, SearchResult
 
 METRIC = faiss.METRIC_INNER_PRODUCT
 _SCORE_ROWS = 4096  # documents decoded at a time when scoring by decoded vectors
@@ -279,6 +279,8 @@ class FaissCompressor(Compressor):
 
     codes_class: ClassVar[type[FaissCodes]]
     query_kind = "dense"  # type: ignore[assignment]  # float queries; the class attribute overrides the property
+    symmetric = False  # queries stay float, scored by faiss' asymmetric distance
+    decodes = True
 
     def __init__(self, config: Any = None, **params: Any) -> None:
         super().__init__(config, **params)
@@ -315,11 +317,9 @@ class FaissCompressor(Compressor):
     def _decode(self, codes: Codes) -> torch.Tensor:
         return torch.from_numpy(self._check_codes(codes).to_dense())
 
-    def encode_queries(self, x: Any, k: int | None = None) -> Codes:
+    def _encode_queries(self, x: torch.Tensor, k: int | None) -> Codes:
         """Queries stay float (asymmetric search): ``DenseCodes`` of the validated query embeddings."""
-        self._require_fitted()
-        self.budgets().resolve(k, self.name)
-        return DenseCodes(np.ascontiguousarray(as_matrix(x, name="queries", dim=self.dim).numpy()))
+        return DenseCodes(np.ascontiguousarray(x.numpy()))
 
     def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
         """faiss' asymmetric scores of float queries (``encode_queries``) against codes (``encode``)."""

@@ -41,6 +41,7 @@ class Int8Compressor(Compressor):
     budget_help = "no budget: keeps all d dims at 1 byte each"
     doc_kind = "int8"
     accepts_input_kinds = ("int8",)
+    decodes = True
     config: Int8Config
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:

@@ -62,12 +62,10 @@ class MRLCompressor(Compressor):
     def doc_kind(self) -> str:  # type: ignore[override]  # depends on the values option
         return code_kind(self.config.values)
 
-    @property
-    def normalizes_rows(self) -> bool:
-        return True
+    normalizes_rows = True
 
     @property
-    def trains_on_stream(self) -> bool:
+    def trains_on_stream(self) -> bool:  # type: ignore[override]  # depends on the adapter option
         return self.config.adapter == "linear"  # plain truncation learns nothing but the int8 range (a sample)
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:

@@ -130,6 +130,7 @@ class AsymmetricToy(Compressor):
     name = "asymtoy"
     budget_help = "active dims"
     doc_kind = "sparse"
+    symmetric = False
     query_kind = "projected"
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
@@ -139,8 +140,8 @@ class AsymmetricToy(Compressor):
         values, ids = torch.topk(torch.relu(x @ self._w), k, dim=1)
         return SparseCodes(ids.numpy(), values.numpy(), 64)
 
-    def encode_queries(self, x, k=None):  # type: ignore[no-untyped-def]
-        return ProjectedQueries((torch.from_numpy(np.asarray(x, np.float32)) @ self._w).numpy())
+    def _encode_queries(self, x: torch.Tensor, k: int | None) -> Codes:
+        return ProjectedQueries((x @ self._w).numpy())
 
     def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
         return query_codes.to_dense() @ doc_codes.to_dense().T
@@ -165,7 +166,7 @@ class NegatedToy(AsymmetricToy):
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
         return DenseCodes((x @ self._w[:, :k]).numpy())
 
-    def encode_queries(self, x, k=None):  # type: ignore[no-untyped-def]
+    def _encode_queries(self, x: torch.Tensor, k: int | None) -> Codes:
         return self.encode(x, k=k)
 
     def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
