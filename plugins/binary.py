@@ -40,6 +40,7 @@ class BinaryCompressor(Compressor):
     name = "binary"
     Config = BinaryConfig
     budget_help = "no budget: keeps 1 bit for each of the d dims"
+    exportable = True
     doc_kind = "binary"
     accepts_input_kinds = ("ubinary",)
     decodes = True

@@ -125,6 +125,7 @@ class BSACompressor(Compressor):
     name = "bsa"
     Config = BSAConfig
     budget_help = "k=None: natural mode (all s >= 0.5, ~k on average); k=j: exactly j active of h (1..h//2)"
+    exportable = True
     test_params: ClassVar[dict[str, Any]] = {"h": 64, "k": 8, "epochs": 2, "batch_size": 64, "progress": False}
     doc_kind = "binary_sparse"
     symmetric = False  # its own encode_queries (projected queries) and score

@@ -118,6 +118,7 @@ class CLLRCompressor(Compressor):
     name = "cllr"
     Config = CLLRConfig
     budget_help = "code dims r, 1 <= r <= rank of the learned L (<= h = 256 by default); one fit serves every r"
+    exportable = True
     fit_inputs = frozenset({"pairs", "labels"})
     test_params: ClassVar[dict[str, Any]] = {"rank": 16, "steps": 20, "batch_size": 64, "progress": False}
     config: CLLRConfig

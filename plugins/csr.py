@@ -87,6 +87,7 @@ class CSRCompressor(Compressor):
     name = "csr"
     Config = CSRConfig
     budget_help = "active latents k, 1 <= k <= h (h = 4·d by default); one fit serves every k"
+    exportable = True
     fit_inputs = frozenset({"pairs", "labels"})
     test_params: ClassVar[dict[str, Any]] = {"hidden": 64, "k": 4, "epochs": 2, "batch_size": 64, "k_aux": 16, "progress": False}
     doc_kind = "sparse"

@@ -39,6 +39,7 @@ class Int8Compressor(Compressor):
     name = "int8"
     Config = Int8Config
     budget_help = "no budget: keeps all d dims at 1 byte each"
+    exportable = True
     doc_kind = "int8"
     accepts_input_kinds = ("int8",)
     decodes = True

@@ -55,6 +55,7 @@ class MRLCompressor(Compressor):
     name = "mrl"
     Config = MRLConfig
     budget_help = "prefix length m, 1 <= m <= d"
+    exportable = True
     test_params: ClassVar[dict[str, Any]] = {"epochs": 1, "progress": False}
     config: MRLConfig
 

@@ -31,6 +31,7 @@ class SVDCompressor(Compressor):
     name = "svd"
     Config = SVDConfig
     budget_help = "rank r, 1 <= r <= components kept (all d by default)"
+    exportable = True
     decodes = True
     config: SVDConfig
 
