@@ -2,6 +2,7 @@
 
 from adaptemb._version import __version__
 from adaptemb.api import compress, fit, get_compressor, list_compressors, load, load_codes, load_index
+from adaptemb.budgets import Budgets
 from adaptemb.codes import (
     BinaryCodes,
     BinarySparseCodes,
@@ -12,7 +13,7 @@ from adaptemb.codes import (
     SparseCodes,
     index_dtype,
 )
-from adaptemb.compressor import Budgets, Compressor, CompressorConfig
+from adaptemb.config import CompressorConfig
 from adaptemb.data import load_embeddings
 from adaptemb.devices import resolve_device
 from adaptemb.errors import (
@@ -33,6 +34,7 @@ from adaptemb.index.bound import CompressedIndex, Rerank
 from adaptemb.inputs import INPUT_KINDS, InputKind, IntegerEmbeddings, scale_offset_from_ranges
 from adaptemb.linalg import has_direction, principal_components, unit_rows
 from adaptemb.losses import cosine_distance, info_nce, normalized_mse
+from adaptemb.method import Compressor
 from adaptemb.onnx.encoder import EncoderExport, export_encoder
 from adaptemb.registry import (
     CompressorInfo,

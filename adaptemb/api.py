@@ -8,12 +8,14 @@ from typing import Any
 
 import torch
 
+from adaptemb.budgets import Budgets
 from adaptemb.codes import Codes
-from adaptemb.compressor import Array, Budgets, Compressor
+from adaptemb.compressor import Array
 from adaptemb.errors import CorruptFileError
 from adaptemb.index.bound import BRUTE_FORCE, CompressedIndex
 from adaptemb.index.brute import ScoreIndex
 from adaptemb.inputs import InputKind, InputSpec
+from adaptemb.method import Compressor
 from adaptemb.registry import CompressorInfo, get_index_registry, get_registry
 from adaptemb.rows import RowStream
 from adaptemb.serialization import (

@@ -1,8 +1,14 @@
-"""The Compressor base class every method (built-in or third-party) implements."""
+"""The core of every compressor: its contract (config, declared capabilities, fit, encode, decode, score,
+budgets, state) and the hooks a method implements.
+
+Nothing here searches, saves or exports: ``adaptemb.index.bound.Indexing`` (``index``, ``search``),
+``adaptemb.serialization.Persistence`` (``save``, ``load``) and ``adaptemb.onnx.head.OnnxExport``
+(``export_onnx``) add those, and ``adaptemb.method.Compressor``, the class every method subclasses
+(``adaptemb.Compressor``), composes them with ``CompressorCore``.
+"""
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -12,48 +18,30 @@ import numpy as np
 import pydantic
 import torch
 
-from adaptemb._version import __version__
 from adaptemb.budgets import Budgets, largest_budget_within
 from adaptemb.codes import Codes
 from adaptemb.config import CompressorConfig, config_error_message
 from adaptemb.errors import (
-    CorruptFileError,
     InvalidConfigError,
     NotFittedError,
-    UnsupportedExportError,
 )
-from adaptemb.export import OnnxParity, export_checked
 from adaptemb.fitting import fit_compressor
-from adaptemb.index.bound import CompressedIndex
-from adaptemb.index.brute import ScoreIndex
 from adaptemb.inputs import InputKind, InputSpec, IntegerEmbeddings
-from adaptemb.registry import get_index_registry
 from adaptemb.rows import RowStream
-from adaptemb.serialization import (
-    COMPRESSOR_FORMAT,
-    FORMAT_VERSION,
-    check_shapes,
-    read_adaptemb_file,
-    write_tensors,
-)
 from adaptemb.validation import as_matrix
 
-_Self = TypeVar("_Self", bound="Compressor")
+_Self = TypeVar("_Self", bound="CompressorCore")
 Array = Any  # a numpy array or torch tensor; validated at run time by adaptemb.validation
 
 
-class Compressor(ABC):
-    """Fit on frozen embeddings once, then encode at any supported budget ``k``.
+class CompressorCore(ABC):
+    """Fit on frozen embeddings once, then encode at any supported budget ``k``: the contract of a compressor.
 
-    Subclasses set ``name``, ``Config`` and ``budget_help``, and implement ``_fit``, ``_encode``,
-    ``_budgets``, ``_state`` and ``_set_state`` (plus ``_decode`` where the method can decode, ``_encode_queries``
-    where it encodes queries its own way, and ``encoder`` where it exports to ONNX). The public ``fit``,
-    ``encode`` and ``encode_queries`` are defined here only: they read the input (``input_kind``), validate it
-    and the budget, and call those hooks with float32 CPU tensors. What a method can do it declares as class
-    attributes (a property where it depends on the config), never found out by looking at what it overrides:
-    ``doc_kind`` / ``symmetric`` / ``query_kind`` (which index backend serves it), ``fit_inputs``,
-    ``accepts_input_kinds``, ``normalizes_rows``, ``trains_on_stream``, ``natural_budget``, ``decodes`` and
-    ``exportable``.
+    A method sets ``name``, ``Config`` and ``budget_help`` and implements the hooks below (``_fit``, ``_encode``,
+    ``_budgets``, ``_state``, ``_set_state``; optionally ``_decode``, ``_encode_queries``, ``_fit_stream``). The
+    public ``fit``, ``encode`` and ``encode_queries`` live here only: they read the input (``input_kind``),
+    validate it and the budget, and call the hooks with float32 CPU tensors. What a method can do it declares in
+    class attributes (a property where the config decides), never guessed from what it overrides.
     """
 
     name: ClassVar[str]
@@ -79,12 +67,9 @@ class Compressor(ABC):
     own similarity, so the codes' own index backend serves them. A method that encodes queries its own way
     (``_encode_queries``) or scores otherwise (``score``) declares False, and the ``query_kind`` it emits."""
     normalizes_rows: ClassVar[bool] = False
-    """True for methods that encode each row's direction (they L2-normalise rows first, with
-    ``adaptemb.unit_rows``): scaling a row never changes its code. An all-zero row has no direction: ``fit``
-    leaves such rows out (and pairs holding one), counts them in ``fit_report["zero_rows_skipped"]`` (and
-    ``"zero_pairs_skipped"``) and warns once (``ZeroRowsWarning``); input whose every row is zero is a
-    ``ValueError``. Such a method's ``encode`` (and ``encoder(k)``) must give a zero row the empty code of its
-    kind (zero values, no active features; ``adaptemb.has_direction`` masks them), so a zero query scores 0."""
+    """True for methods that encode each row's direction (rows L2-normalised first, ``adaptemb.unit_rows``):
+    ``fit`` leaves all-zero rows out (see ``adaptemb.fitting``), and ``encode`` (and ``encoder(k)``) must give a
+    zero row the empty code of its kind (``adaptemb.has_direction`` masks it), so a zero query scores 0."""
     trains_on_stream: ClassVar[bool] = False
     """True when a fit from a stream trains on every row (the method's ``_fit_stream`` reads minibatches);
     False when it fits on a uniform sample of ``stream_sample_rows`` rows (the default ``_fit_stream``)."""
@@ -115,29 +100,23 @@ class Compressor(ABC):
     @classmethod
     def parameters(cls) -> dict[str, str]:
         """Each configurable parameter with its default and description, for help texts."""
-        return {
-            name: f"{field.description or ''} (default {field.default!r})".strip()
-            for name, field in cls.Config.model_fields.items()
-        }
+        fields = cls.Config.model_fields.items()
+        return {name: f"{field.description or ''} (default {field.default!r})".strip() for name, field in fields}
 
     @property
     def is_fitted(self) -> bool:
         return self.dim is not None
 
-    @property
-    def query_kind(self) -> str | None:
-        """The code kind ``encode_queries`` emits: ``doc_kind`` for ``symmetric`` methods (with no ``doc_kind``
-        either, ``index`` reads the kind from the codes); None for the others unless they declare it (a class
-        attribute, or a property where it depends on the config): ``index`` then searches by brute force
-        through ``score``."""
-        return self.doc_kind if self.symmetric else None
+    def _require_fitted(self) -> None:
+        if not self.is_fitted:
+            raise NotFittedError(f"this {self.name} compressor is not fitted; call fit(embeddings) first")
 
     @property
-    def exportable(self) -> bool:
-        """True when ``encoder(k)`` gives the encode path as one torch module, so ``export_onnx`` and
-        ``adaptemb.export_encoder`` can export this method. Defaults to whether the method overrides
-        ``encoder``; a method that exports only some configurations overrides this property to say so."""
-        return type(self).encoder is not Compressor.encoder
+    def query_kind(self) -> str | None:
+        """The code kind ``encode_queries`` emits: ``doc_kind`` for ``symmetric`` methods (no ``doc_kind`` either:
+        ``index`` reads it from the codes); None for the others unless they declare it (``index`` then searches
+        by brute force through ``score``)."""
+        return self.doc_kind if self.symmetric else None
 
     def fit(self: _Self, x: Array | str | Path | Sequence[str | Path] | RowStream | Iterable[Array] | Callable[[], Iterable[Array]],  # noqa: PYI019 (typing.Self is 3.11+; 3.10 is supported)
             *, pairs: tuple[Array, Array] | None = None, labels: Array | None = None, key: str | None = None,
@@ -147,20 +126,15 @@ class Compressor(ABC):
 
         ``input_kind``: ``"float"`` (default), ``"int8"`` (an int8 array, read as ``input_offset + input_scale *
         x``; defaults 0.0 and 1.0, each a number or one per dimension) or ``"ubinary"`` (sign bits packed 8 per
-        byte, uint8 (n, ceil(d / 8)), read as ±1; ``input_dim`` is d when it is not 8 times the width). A method
-        listing the kind in ``accepts_input_kinds`` keeps the integers as its codes (``int8``; ``binary`` with
-        ``threshold="zero"``). ``pairs`` are read with the same ``input_kind``. See ``adaptemb.inputs``.
+        byte, uint8 (n, ceil(d / 8)), read as ±1; ``input_dim``: d when not 8 times the width); ``pairs`` are
+        read alike. A method listing the kind in ``accepts_input_kinds`` keeps the integers as its codes.
 
-        ``x`` may also be larger than memory: a path or list of paths (``.npy``, ``.parquet``, ``.safetensors``;
-        ``key`` names the column or tensor), a list of 2-D arrays, a callable returning a fresh iterator of
-        them, or a :class:`~adaptemb.rows.RowStream`. Methods that train by minibatches (``trains_on_stream``)
-        then read every row once per epoch; the others fit on a uniform sample of ``stream_sample_rows`` rows.
-        ``fit_report["stream"]`` says which. ``labels`` need the rows in memory; ``pairs`` are always arrays.
-
-        All-zero rows are data. A method that encodes directions (``normalizes_rows``) learns from the other
-        rows: zero rows (with their labels, and pairs whose query or document is zero) are left out, counted in
-        ``fit_report["zero_rows_skipped"]`` / ``["zero_pairs_skipped"]``, with one ``ZeroRowsWarning``; input
-        with no non-zero row is a ``ValueError``. Every other method fits on zero rows like on any row.
+        ``x`` may also be larger than memory: a path or list of paths (``key`` names the column or tensor), a list
+        of 2-D arrays, a callable returning a fresh iterator of them, or a :class:`~adaptemb.rows.RowStream`:
+        methods that ``trains_on_stream`` read every row once per epoch, the others fit on a uniform sample of
+        ``stream_sample_rows`` rows (``fit_report["stream"]`` says which). ``labels`` need the rows in memory.
+        A method that encodes directions (``normalizes_rows``) leaves all-zero rows out, counted in
+        ``fit_report["zero_rows_skipped"]`` with one ``ZeroRowsWarning`` (``adaptemb.fitting``).
         """
         self.fit_report = None
         fit_compressor(self, x, pairs=pairs, labels=labels, key=key,
@@ -178,10 +152,10 @@ class Compressor(ABC):
         where it has one: ``natural_budget``), ``batch_size`` rows at a time, through the method's ``_encode``.
 
         ``input_kind`` / ``input_scale`` / ``input_offset`` / ``input_dim`` read integer embeddings as ``fit`` does."""
-        rows = _as_given(self, x, InputSpec.of(input_kind, input_scale, input_offset, input_dim), "embeddings", keep=True)
-        if isinstance(rows, IntegerEmbeddings):
-            self.budgets().resolve(k, self.name)
-            return self._encode_passthrough(rows)
+        spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
+        rows, kept = _as_given(self, x, spec, "embeddings", k, keep=True)
+        if kept is not None:
+            return kept
         self._require_fitted()
         budget = None if k is None and self.natural_budget else self.budgets().resolve(k, self.name)
         matrix = as_matrix(rows, dim=self.dim)
@@ -198,12 +172,9 @@ class Compressor(ABC):
         own way, ``_encode_queries`` (e.g. a dense query projected through a decoder against sparse documents).
         ``input_kind`` and its options read integer queries as ``fit`` does."""
         spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
-        rows = _as_given(self, x, spec, "queries", keep=self.symmetric)
-        if isinstance(rows, IntegerEmbeddings):
-            self.budgets().resolve(k, self.name)
-            return self._encode_passthrough(rows)
+        rows, kept = _as_given(self, x, spec, "queries", k, keep=self.symmetric)
         if self.symmetric:
-            return self.encode(rows, k=k)
+            return kept if kept is not None else self.encode(rows, k=k)
         self._require_fitted()
         budget = None if k is None and self.natural_budget else self.budgets().resolve(k, self.name)
         matrix = as_matrix(rows, name="queries", dim=self.dim)
@@ -217,184 +188,21 @@ class Compressor(ABC):
     def decode(self, codes: Codes) -> np.ndarray:
         """Reconstruct (n, d) float32 embeddings from codes, for methods that can."""
         self._require_fitted()
-        self._check_decodable(codes)
+        _check_decodable(self, codes)
         with torch.inference_mode():
             return self._decode(codes).float().cpu().numpy()
 
-    def _check_decodable(self, codes: Codes) -> None:
-        """Codes of this method's kind, no wider than its largest budget (else a ValueError naming both)."""
-        if not isinstance(codes, Codes):
-            raise TypeError(f"decode() needs codes from encode(); got {type(codes).__name__}")
-        if self.doc_kind is not None and codes.kind != self.doc_kind:
-            raise TypeError(f"{self.name} decodes its own {self.doc_kind!r} codes; got {codes.kind!r} codes")
-        counts, budgets = codes.active_counts(), self.budgets()
-        high = budgets.high
-        if budgets.bounds_active and len(counts) and int(counts.max()) > high:
-            raise ValueError(
-                f"codes have {int(counts.max())} active dims, but this {self.name} compressor encodes at most "
-                f"{high} (fitted on d={self.dim}); decode codes from this compressor's encode()"
-            )
-
-    def index(self, doc_codes: Codes, *, device: str = "auto", k: int | None = None, **options: Any) -> CompressedIndex:
-        """A search index over ``doc_codes`` (from this compressor's ``encode``).
-
-        The backend is the one registered for (``query_kind``, the documents' kind); ``options`` go to it
-        (``backend``, ``query_batch``, ...) over the method's own ``index_options``. ``k`` is the budget
-        raw queries are encoded at (default: the budget the documents were encoded at). A method whose
-        kinds no backend serves is searched by brute force through ``score`` (``index.brute_force``).
-        """
-        self._require_fitted()
-        if not isinstance(doc_codes, Codes):
-            raise TypeError(f"index() needs codes from encode(); got {type(doc_codes).__name__}")
-        budget = k if k is not None else self.query_budget(doc_codes)
-        if budget is not None:
-            self.budgets().resolve(budget, self.name)
-        query_kind = self.query_kind or (doc_codes.kind if self.symmetric else None)
-        backend = None if query_kind is None else get_index_registry().for_kinds(query_kind, doc_codes.kind)
-        if backend is None:
-            query_batch = options.get("query_batch", 512)
-            return CompressedIndex(self, ScoreIndex(doc_codes, self.score, query_batch=query_batch), budget=budget)
-        options = {"query_kind": query_kind, **self.index_options(doc_codes), **options}
-        return CompressedIndex(self, backend(doc_codes, device=device, **options), budget=budget)
-
-    def index_options(self, doc_codes: Codes) -> dict[str, Any]:
-        """Backend options this method's scoring needs (e.g. per-document weights); none by default."""
-        return {}
-
-    def query_budget(self, doc_codes: Codes) -> int | None:
-        """The budget raw queries are encoded at for these documents: their common active count when it is
-        a valid budget (a fixed-k sparse code, a dense prefix), else None (the method's default). Empty codes
-        (all-zero rows of a method that encodes directions) say nothing about the budget and are not counted."""
-        budgets = self.budgets()
-        counts = doc_codes.active_counts()
-        counts = counts[counts > 0]
-        if budgets.fixed or not len(counts) or not (counts == counts[0]).all():
-            return None
-        return int(counts[0]) if budgets.low <= counts[0] <= budgets.high else None
-
     def budget_for_bytes(self, nbytes: float, sample: Array | None = None) -> int | None:
-        """The largest budget whose codes take at most ``nbytes`` per vector, or None when even the smallest
-        takes more. How ``adaptemb bench --bytes`` maps a byte budget to each method's own ``k``.
-
-        By default the codes of ``sample`` rows (64 seeded Gaussian rows when None; pass real rows for codes
-        whose size depends on the data) are measured at candidate budgets, assuming size grows with ``k``
-        (binary search). A method fitted for one budget only (``Budgets.per_fit``) overrides this to say
-        which ``k`` another fit would need.
-        """
+        """The largest budget whose codes take at most ``nbytes`` per vector (None: even the smallest takes more);
+        how ``adaptemb bench --bytes`` maps a byte budget to each method's ``k``. By default the codes of ``sample``
+        rows (64 seeded Gaussian rows when None) are measured, size growing with ``k`` (``largest_budget_within``);
+        a method whose sizes are known in closed form, or fitted for one budget only, overrides this."""
         self._require_fitted()
         options = self.budgets().options()
-        if sample is not None:
-            rows = as_matrix(sample, name="sample", dim=self.dim)
-        else:
-            assert self.dim is not None
-            rows = torch.randn(64, self.dim, generator=self.generator)
-
-        return largest_budget_within(nbytes, options, lambda k: self.encode(rows, k=k).bytes_per_vector)
-
-    def search(self, queries: Array, doc_codes: Codes, top_k: int = 10, *, k: int | None = None,
-               input_kind: InputKind = "float", input_scale: Any = None, input_offset: Any = None,
-               input_dim: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Exact search of ``queries`` (raw embeddings) in ``doc_codes``: (scores, ids), each (n_queries, top_k).
-
-        Builds ``index(doc_codes, k=k)`` for this one call; build it once with ``index`` to search many times.
-        ``input_kind`` and its options say how to read integer queries (as in ``fit``).
-        """
-        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
-            raise ValueError(f"top_k must be an integer >= 1; got {top_k!r}")
-        return self.index(doc_codes, k=k).search(queries, top_k, input_kind=input_kind, input_scale=input_scale,
-                                                 input_offset=input_offset, input_dim=input_dim)
-
-    def encoder(self, k: int) -> torch.nn.Module:
-        """The encode path at budget ``k`` as one torch module (the ONNX export path): float32 (n, d) in, a tuple
-        of tensors out, named by its ``output_names`` like the arrays of ``encode(x, k).to_arrays()`` (shared
-        tables such as int8 scales excluded). Methods that cannot export raise ``NotImplementedError``."""
-        raise UnsupportedExportError(f"{self.name} does not support ONNX export (its exportable is False)")
-
-    def export_onnx(self, path: str | Path, k: int | None = None, *, sample: Array | None = None) -> OnnxParity:
-        """Export the encoder at budget ``k`` to ONNX and check it against onnxruntime.
-
-        Returns the parity measured on ``sample`` rows (default: 64 seeded standard-normal rows; all-zero rows
-        are fine); the file is written only when onnxruntime reproduces ``encode`` (as ``encoder_arrays`` lays it
-        out). Needs ``pip install 'adaptemb[onnx]'``.
-        """
-        self._require_fitted()
-        if not self.exportable:
-            raise UnsupportedExportError(f"{self.name} cannot be exported to ONNX (its exportable is False)")
-        budget = self.budgets().resolve(k, self.name)
-        if sample is not None:
-            rows = as_matrix(sample, name="sample", dim=self.dim)
-        else:
-            assert self.dim is not None
-            rows = torch.randn(64, self.dim, generator=self.generator)
-        module = self.encoder(budget)
-        return export_checked(module, rows, path, list(module.output_names),
-                              lambda x: self.encoder_arrays(self.encode(x, k=budget), budget))
-
-    def encoder_arrays(self, codes: Codes, k: int) -> dict[str, np.ndarray]:
-        """The arrays ``encoder(k)`` emits, by output name, for rows ``encode(rows, k)`` gave as ``codes``: what
-        ``export_onnx`` checks the graph against. By default ``codes.to_arrays()``; a method whose encoder lays
-        its codes out otherwise (``bsa``'s fixed ``indices``, which mark a zero row's empty set with -1) overrides it."""
-        return codes.to_arrays()
-
-    def file_metadata(self) -> dict[str, str]:
-        """The string metadata a saved compressor carries (format, method, config, dim, version)."""
-        self._require_fitted()
-        return {
-            "format": COMPRESSOR_FORMAT,
-            "format_version": FORMAT_VERSION,
-            "method": self.name,
-            "config": self.config.model_dump_json(),
-            "dim": str(self.dim),
-            "adaptemb_version": __version__,
-        }
-
-    def save(self, path: str | Path) -> Path:
-        """Write this fitted compressor to one safetensors file (atomically) and return its path."""
-        return write_tensors(path, self.state_tensors(), self.file_metadata())
-
-    @classmethod
-    def load(cls: type[_Self], path: str | Path) -> _Self:  # noqa: PYI019 (typing.Self is 3.11+)
-        """Load a ``cls`` compressor saved by ``save``; ``adaptemb.load(path)`` loads any method by name."""
-        if cls is Compressor:
-            raise TypeError("Compressor.load needs a method class (e.g. SVDCompressor.load); use adaptemb.load(path)")
-        metadata, tensors = read_adaptemb_file(path, COMPRESSOR_FORMAT, "compressor")
-        if metadata.get("method") != cls.name:
-            raise TypeError(f"{path} holds a {metadata.get('method')!r} compressor, not {cls.name!r}")
-        return cls.from_saved(metadata, tensors, source=path)
-
-    @classmethod
-    def from_saved(cls: type[_Self], metadata: dict[str, str], tensors: dict[str, torch.Tensor], *,  # noqa: PYI019
-                   source: str | Path = "<memory>") -> _Self:
-        """Rebuild a compressor from the metadata and tensors of a file ``save`` wrote."""
-        unfit = f"the saved {cls.name} tensors do not fit its config and dim={metadata.get('dim')}"
-        try:
-            config = cls.Config.model_validate_json(metadata["config"])
-            dim = int(metadata["dim"])
-            compressor = cls(config=config)
-            check_shapes(source, tensors, compressor._state_shapes(dim) or {}, unfit)
-            compressor.restore(dim, tensors)
-        except CorruptFileError:
-            raise
-        except RuntimeError as err:  # torch's words (e.g. a copy between two shapes): kept as the cause only
-            raise CorruptFileError(f"{source}: {unfit}") from err
-        except (KeyError, ValueError, TypeError, pydantic.ValidationError, json.JSONDecodeError) as err:
-            raise CorruptFileError(f"{source} holds a damaged {cls.name!r} compressor: {err}") from None
-        compressor._check_restored(source)
-        return compressor
-
-    def _check_restored(self, source: str | Path) -> None:
-        """Encode one test row as document and as query: tensors whose shapes or values do not fit the
-        config and ``dim`` fail here, at load, with a ``CorruptFileError``, not later in a user's encode."""
         assert self.dim is not None
-        row = torch.full((1, self.dim), self.dim**-0.5)
-        try:
-            arrays = {**self.encode(row).to_arrays(), **self.encode_queries(row).to_arrays()}
-        except (RuntimeError, ValueError, TypeError, IndexError, KeyError) as err:  # its words: the cause only
-            raise CorruptFileError(f"{source}: the saved {self.name} tensors do not fit its config and dim={self.dim} "
-                                   "(encoding a test row failed)") from err
-        for name, array in arrays.items():
-            if array.dtype.kind == "f" and not np.isfinite(array).all():
-                raise CorruptFileError(f"{source}: the saved {self.name} compressor encodes a test row to non-finite {name!r}")
+        rows = torch.randn(64, self.dim, generator=self.generator) if sample is None else as_matrix(
+            sample, name="sample", dim=self.dim)
+        return largest_budget_within(nbytes, options, lambda k: self.encode(rows, k=k).bytes_per_vector)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """The fitted tensors, contiguous and on the CPU (what ``save`` writes)."""
@@ -455,10 +263,8 @@ class Compressor(ABC):
         """Restore what ``_state`` returned; raise ``KeyError``/``ValueError`` on missing or bad tensors."""
 
     def _state_shapes(self, dim: int) -> dict[str, tuple[int | str, ...]] | None:
-        """The shape of each tensor ``_state`` returns for this config and ``dim``: an int is an exact size, a
-        string a size the fit chose (``"r"``), one size in every tensor naming it. A load refuses other shapes,
-        naming the tensor, what it found and what was expected. None (the default): not declared, so a load only
-        encodes a test row, and a mismatch reads "do not fit its config" without naming a tensor."""
+        """The shape of each tensor ``_state`` returns for this config and ``dim`` (an int: an exact size; a string:
+        a size the fit chose, one in every tensor naming it), checked at load; None (the default): not declared."""
         return None
 
     def _decode(self, codes: Codes) -> torch.Tensor:
@@ -473,24 +279,35 @@ class Compressor(ABC):
         """The codes of integer embeddings of a kind in ``accepts_input_kinds``: the given integers themselves."""
         raise NotImplementedError(f"{self.name} lists {given.kind!r} in accepts_input_kinds but has no _encode_passthrough")
 
-    # -- helpers ------------------------------------------------------------------------------
 
-    def _require_fitted(self) -> None:
-        if not self.is_fitted:
-            raise NotFittedError(f"this {self.name} compressor is not fitted; call fit(embeddings) first")
+def _check_decodable(compressor: CompressorCore, codes: Codes) -> None:
+    """Codes of the compressor's kind, no wider than its largest budget (else a ValueError naming both)."""
+    if not isinstance(codes, Codes):
+        raise TypeError(f"decode() needs codes from encode(); got {type(codes).__name__}")
+    name, kind = compressor.name, compressor.doc_kind
+    if kind is not None and codes.kind != kind:
+        raise TypeError(f"{name} decodes its own {kind!r} codes; got {codes.kind!r} codes")
+    counts, budgets = codes.active_counts(), compressor.budgets()
+    if budgets.bounds_active and len(counts) and int(counts.max()) > budgets.high:
+        raise ValueError(
+            f"codes have {int(counts.max())} active dims, but this {name} compressor encodes at most "
+            f"{budgets.high} (fitted on d={compressor.dim}); decode codes from this compressor's encode()"
+        )
 
 
-def _as_given(compressor: Compressor, x: Any, spec: InputSpec, name: str, *, keep: bool) -> Any:
-    """The rows ``encode`` / ``encode_queries`` compute with, read as ``spec`` says (``adaptemb.inputs``): float
-    input as given (only an integer array is refused here, naming ``input_kind``); integer input as the validated
-    ``IntegerEmbeddings`` when ``keep`` and the method lists the kind in ``accepts_input_kinds`` (it keeps them as
-    its codes), else as their dequantised float32 rows."""
+def _as_given(compressor: CompressorCore, x: Any, spec: InputSpec, name: str, k: int | None, *,
+              keep: bool) -> tuple[Any, Codes | None]:
+    """(rows, None): what ``encode`` / ``encode_queries`` compute with, read as ``spec`` says (``adaptemb.inputs``):
+    float input as given (only an integer array is refused here, naming ``input_kind``), other integer input as
+    its dequantised float32 rows. (None, codes): integer input of a kind the method lists in ``accepts_input_kinds``
+    (when ``keep``) is its codes already (``_encode_passthrough``, the budget ``k`` checked)."""
     if spec.is_float:
         spec.read(x, name=name)
-        return x
+        return x, None
     compressor._require_fitted()
     given = spec.read(x, name=name, dim=compressor.dim)
     assert given is not None
     if keep and given.kind in compressor.accepts_input_kinds:
-        return given
-    return torch.from_numpy(given.to_float())
+        compressor.budgets().resolve(k, compressor.name)
+        return None, compressor._encode_passthrough(given)
+    return torch.from_numpy(given.to_float()), None

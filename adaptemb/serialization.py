@@ -1,7 +1,9 @@
 """Files: atomic writes, safetensors files with a JSON-string header, and codes ``.npz`` files. Data only, never pickle.
 
-This module knows file formats, not methods: building a compressor or an index from what a file holds
-happens above it (``Compressor.from_saved``, ``adaptemb.load``, ``adaptemb.load_index``).
+This module knows file formats, not methods. ``Persistence`` (``save``, ``load``, ``from_saved``,
+``file_metadata``, mixed into the public ``Compressor``) writes and reads a compressor through the core's
+``state_tensors`` / ``restore``; which method a file names is looked up above it (``adaptemb.load``,
+``adaptemb.load_index``).
 
 * A compressor file is one safetensors file: the fitted tensors plus string metadata
   ``format="adaptemb.compressor"``, ``format_version``, ``method``, ``config`` (JSON), ``dim``,
@@ -22,6 +24,7 @@ replace can never mix two files.
 from __future__ import annotations
 
 import errno
+import inspect
 import json
 import os
 import stat
@@ -30,8 +33,10 @@ import tempfile
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
+import pydantic
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as load_torch_bytes
@@ -278,6 +283,106 @@ def _as_torch(tensor: np.ndarray | torch.Tensor) -> torch.Tensor:
         array = np.ascontiguousarray(tensor)
         return torch.from_numpy(array if array.flags.writeable else array.copy())
     return tensor.detach().cpu().contiguous()
+
+
+# -- compressors ------------------------------------------------------------------------------------
+
+
+class SavedCompressor(Protocol):
+    """What ``Persistence`` uses of the compressor it is mixed into (``CompressorCore`` provides it)."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type[pydantic.BaseModel]]
+    config: pydantic.BaseModel
+    dim: int | None
+
+    def __init__(self, config: Any = None, **params: Any) -> None: ...
+
+    def _require_fitted(self) -> None: ...
+
+    def state_tensors(self) -> dict[str, torch.Tensor]: ...
+
+    def restore(self, dim: int, tensors: dict[str, torch.Tensor]) -> None: ...
+
+    def _state_shapes(self, dim: int) -> dict[str, tuple[int | str, ...]] | None: ...
+
+    def file_metadata(self) -> dict[str, str]: ...
+
+    def encode(self, x: Any, k: int | None = None) -> Codes: ...
+
+    def encode_queries(self, x: Any, k: int | None = None) -> Codes: ...
+
+    def _check_restored(self, source: str | Path) -> None: ...
+
+
+_Saved = TypeVar("_Saved", bound=SavedCompressor)
+
+
+class Persistence:
+    """A compressor as one safetensors file: the ``save``, ``load``, ``from_saved`` and ``file_metadata`` of the
+    public ``Compressor``. The file holds ``state_tensors()`` and the metadata (format, method, config, dim,
+    version); loading rebuilds the config, checks the tensors' declared shapes (``_state_shapes``), restores
+    them and encodes a test row, so a file that does not fit its config fails at load, naming what is wrong."""
+
+    def file_metadata(self: SavedCompressor) -> dict[str, str]:
+        """The string metadata a saved compressor carries (format, method, config, dim, version)."""
+        self._require_fitted()
+        return {
+            "format": COMPRESSOR_FORMAT,
+            "format_version": FORMAT_VERSION,
+            "method": self.name,
+            "config": self.config.model_dump_json(),
+            "dim": str(self.dim),
+            "adaptemb_version": __version__,
+        }
+
+    def save(self: SavedCompressor, path: str | Path) -> Path:
+        """Write this fitted compressor to one safetensors file (atomically) and return its path."""
+        return write_tensors(path, self.state_tensors(), self.file_metadata())
+
+    @classmethod
+    def load(cls: type[_Saved], path: str | Path) -> _Saved:  # noqa: PYI019 (typing.Self is 3.11+)
+        """Load a ``cls`` compressor saved by ``save``; ``adaptemb.load(path)`` loads any method by name."""
+        if inspect.isabstract(cls):
+            raise TypeError("Compressor.load needs a method class (e.g. SVDCompressor.load); use adaptemb.load(path)")
+        metadata, tensors = read_adaptemb_file(path, COMPRESSOR_FORMAT, "compressor")
+        if metadata.get("method") != cls.name:
+            raise TypeError(f"{path} holds a {metadata.get('method')!r} compressor, not {cls.name!r}")
+        return cls.from_saved(metadata, tensors, source=path)  # type: ignore[attr-defined, no-any-return]
+
+    @classmethod
+    def from_saved(cls: type[_Saved], metadata: dict[str, str], tensors: dict[str, torch.Tensor], *,  # noqa: PYI019
+                   source: str | Path = "<memory>") -> _Saved:
+        """Rebuild a compressor from the metadata and tensors of a file ``save`` wrote."""
+        unfit = f"the saved {cls.name} tensors do not fit its config and dim={metadata.get('dim')}"
+        try:
+            config = cls.Config.model_validate_json(metadata["config"])
+            dim = int(metadata["dim"])
+            compressor = cls(config=config)
+            check_shapes(source, tensors, compressor._state_shapes(dim) or {}, unfit)
+            compressor.restore(dim, tensors)
+        except CorruptFileError:
+            raise
+        except RuntimeError as err:  # torch's words (e.g. a copy between two shapes): kept as the cause only
+            raise CorruptFileError(f"{source}: {unfit}") from err
+        except (KeyError, ValueError, TypeError, pydantic.ValidationError, json.JSONDecodeError) as err:
+            raise CorruptFileError(f"{source} holds a damaged {cls.name!r} compressor: {err}") from None
+        compressor._check_restored(source)
+        return compressor
+
+    def _check_restored(self: SavedCompressor, source: str | Path) -> None:
+        """Encode one test row as document and as query: tensors whose shapes or values do not fit the
+        config and ``dim`` fail here, at load, with a ``CorruptFileError``, not later in a user's encode."""
+        assert self.dim is not None
+        row = torch.full((1, self.dim), self.dim**-0.5)
+        try:
+            arrays = {**self.encode(row).to_arrays(), **self.encode_queries(row).to_arrays()}
+        except (RuntimeError, ValueError, TypeError, IndexError, KeyError) as err:  # its words: the cause only
+            raise CorruptFileError(f"{source}: the saved {self.name} tensors do not fit its config and dim={self.dim} "
+                                   "(encoding a test row failed)") from err
+        for name, array in arrays.items():
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                raise CorruptFileError(f"{source}: the saved {self.name} compressor encodes a test row to non-finite {name!r}")
 
 
 # -- codes files ------------------------------------------------------------------------------------

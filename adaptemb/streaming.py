@@ -31,9 +31,9 @@ import numpy as np
 from adaptemb._version import __version__
 from adaptemb.api import load
 from adaptemb.codes import Codes
-from adaptemb.compressor import Compressor
 from adaptemb.errors import CorruptFileError
 from adaptemb.io import RowSource, open_rows
+from adaptemb.method import Compressor
 from adaptemb.progress import progress_bar
 from adaptemb.rows import row_batches, start_ray
 from adaptemb.serialization import atomic_write, existing_file

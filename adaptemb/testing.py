@@ -35,8 +35,8 @@ import torch
 
 import adaptemb
 from adaptemb.codes import Codes
-from adaptemb.compressor import Compressor
 from adaptemb.errors import InvalidConfigError, NotFittedError
+from adaptemb.method import Compressor
 from adaptemb.ranking import top_k
 
 Data = tuple[np.ndarray, np.ndarray]

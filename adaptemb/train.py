@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from adaptemb.compressor import CompressorConfig
+from adaptemb.config import CompressorConfig
 from adaptemb.devices import resolve_device
 from adaptemb.progress import progress_bar
 from adaptemb.rows import RowStream

@@ -267,8 +267,7 @@ class BSACompressor(Compressor):
         return {"indices": indices}
 
     def _encode_natural(self, x: torch.Tensor) -> BinarySparseCodes:
-        """Natural mode (``encode(x)``, ``k=None``): every feature with ``s >= 0.5``, at most ``budgets().default``;
-        none for an all-zero row."""
+        """Natural mode (``encode(x)``): every feature with ``s >= 0.5``, at most ``budgets().default``; none for 0."""
         values, idx = torch.topk(self.activations(x), self._max_active(), dim=1)
         keep = ((values >= THRESHOLD) & has_direction(x)).numpy()
         mask = np.zeros((len(x), self._model.encoder.shape[0]), dtype=bool)
@@ -281,12 +280,10 @@ class BSACompressor(Compressor):
         return self._model.activations(unit_rows(x))
 
     def _max_active(self) -> int:
-        h = self._model.encoder.shape[0]
-        return min(self.config.max_active or 4 * self._k, h // 2)
+        return min(self.config.max_active or 4 * self._k, self._model.encoder.shape[0] // 2)
 
     def _budgets(self) -> Budgets:
-        h = self._model.encoder.shape[0]
-        return Budgets(low=1, high=h // 2, default=self._max_active())
+        return Budgets(low=1, high=self._model.encoder.shape[0] // 2, default=self._max_active())
 
     # -- decoding and scoring -------------------------------------------------------------------
 

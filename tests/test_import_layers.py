@@ -126,3 +126,39 @@ def test_plugins_import_only_the_public_api() -> None:
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             internal = [name for name in names if name.startswith("adaptemb.")]
             assert not internal, f"{path.name} imports {internal}; import from the top-level adaptemb package"
+
+
+def _within(modules: dict[str, Path], *packages: str) -> set[str]:
+    return {m for m in modules for p in packages if m == p or m.startswith(f"{p}.")}
+
+
+def test_the_core_compressor_sits_below_what_it_is_composed_with() -> None:
+    """``adaptemb.compressor`` (the contract: config, declared capabilities, fit, encode, decode, budgets) and the
+    modules it uses import nothing that searches, saves, exports, registers, embeds raw inputs or streams: those
+    mix into the public ``Compressor`` in ``adaptemb.method``, the one module above them all."""
+    modules = _modules(ROOT / "adaptemb", "adaptemb")
+    above = _within(modules, "adaptemb.index", "adaptemb.onnx", "adaptemb.encoders", "adaptemb.cli",
+                    "adaptemb.evaluate", "adaptemb.datasets", "adaptemb.registry", "adaptemb.registries",
+                    "adaptemb.hookspecs", "adaptemb.serialization", "adaptemb.streaming", "adaptemb.vectordb",
+                    "adaptemb.api", "adaptemb.method", "adaptemb.testing", "adaptemb.export")
+    for module in ("adaptemb.compressor", "adaptemb.fitting", "adaptemb.budgets", "adaptemb.config"):
+        assert not _imported(module, modules[module], modules) & above, module
+    composed = _imported("adaptemb.method", modules["adaptemb.method"], modules)
+    assert {"adaptemb.compressor", "adaptemb.index.bound", "adaptemb.serialization", "adaptemb.onnx.head"} <= composed
+    for mixin in ("adaptemb.index.bound", "adaptemb.serialization", "adaptemb.onnx.head"):
+        assert not _imported(mixin, modules[mixin], modules) & {"adaptemb.compressor", "adaptemb.method"}, mixin
+
+
+def test_codes_import_nothing_above_them() -> None:
+    """Codes are the bottom layer: they know their storage and scoring, nothing of compressors or indexes."""
+    modules = _modules(ROOT / "adaptemb", "adaptemb")
+    codes = _within(modules, "adaptemb.codes")
+    allowed = codes | {"adaptemb.errors", "adaptemb.validation", "adaptemb.linalg", "adaptemb.ranking"}
+    for module in codes:
+        assert _imported(module, modules[module], modules) <= allowed, module
+
+
+def test_the_public_api_plugins_import_holds_no_cli_or_bench() -> None:
+    """Plugins import ``adaptemb`` only (above); that package imports no command line and no evaluation."""
+    modules = _modules(ROOT / "adaptemb", "adaptemb")
+    assert not _imported("adaptemb", modules["adaptemb"], modules) & _within(modules, "adaptemb.cli", "adaptemb.evaluate")

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from adaptemb.api import get_compressor
+from adaptemb.budgets import Budgets
 from adaptemb.codes import Codes, DenseCodes
-from adaptemb.compressor import Budgets, Compressor
 from adaptemb.datasets import Dataset
 from adaptemb.devices import resolve_device
 from adaptemb.evaluate.latency import query_batch, summarize, time_rounds, time_search, timed
@@ -42,6 +42,7 @@ from adaptemb.evaluate.recommend import MethodSizes, recommend, row_label
 from adaptemb.evaluate.scale import ScaleConfig, run_scale
 from adaptemb.index import FunnelIndex
 from adaptemb.index.bound import CompressedIndex
+from adaptemb.method import Compressor
 from adaptemb.registry import build_index, get_registry
 
 Row = dict[str, Any]

@@ -23,12 +23,12 @@ import faiss
 import numpy as np
 import scipy.sparse as sp
 
-from adaptemb.compressor import Compressor
 from adaptemb.datasets import Dataset
 from adaptemb.evaluate.latency import time_search, timed
 from adaptemb.evaluate.memory import PeakMemory
 from adaptemb.evaluate.metrics import evaluate_ranking, neighbour_recall_at_k, same_top_k
 from adaptemb.index import ScoreIndex
+from adaptemb.method import Compressor
 from adaptemb.progress import progress_bar
 
 Row = dict[str, Any]

@@ -1,5 +1,7 @@
 """The index a compressor builds over its document codes: one backend plus the compressor that encodes queries.
 
+``Indexing`` is what ``index``, ``search``, ``index_options`` and ``query_budget`` add to the public
+``Compressor`` (a mixin: it binds a compressor, its document codes and the backend registered for its kinds).
 ``Compressor.index(doc_codes)`` returns a ``CompressedIndex``. It takes raw query embeddings (encoded
 with the compressor's ``encode_queries`` at the budget the documents were encoded at) or query codes,
 searches them with the backend registered for the compressor's (query kind, document kind), and saves
@@ -14,17 +16,19 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
 
+from adaptemb.budgets import Budgets
 from adaptemb.codes import Codes
 from adaptemb.errors import InvalidConfigError
 from adaptemb.index.base import Index, SearchResult
 from adaptemb.index.brute import ScoreIndex
 from adaptemb.index.funnel import rerank
 from adaptemb.inputs import InputKind, InputSpec
+from adaptemb.registry import get_index_registry
 from adaptemb.serialization import FORMAT_VERSION, INDEX_FORMAT, write_tensors
 
 BRUTE_FORCE = "score-function"
@@ -43,6 +47,83 @@ class QueryEncoder(Protocol):
     def file_metadata(self) -> dict[str, str]: ...
 
     def state_tensors(self) -> dict[str, torch.Tensor]: ...
+
+
+class IndexedCompressor(QueryEncoder, Protocol):
+    """What ``Indexing`` uses of the compressor it is mixed into (``CompressorCore`` provides it)."""
+
+    symmetric: ClassVar[bool]
+
+    @property
+    def query_kind(self) -> str | None: ...
+
+    def budgets(self) -> Budgets: ...
+
+    def _require_fitted(self) -> None: ...
+
+    def index_options(self, doc_codes: Codes) -> dict[str, Any]: ...
+
+    def query_budget(self, doc_codes: Codes) -> int | None: ...
+
+    def index(self, doc_codes: Codes, *, device: str = "auto", k: int | None = None,
+              **options: Any) -> CompressedIndex: ...
+
+
+class Indexing:
+    """Search over a compressor's codes: the ``index``, ``search``, ``index_options`` and ``query_budget`` of the
+    public ``Compressor``. The backend is the one registered for the compressor's (``query_kind``, document
+    kind); a method whose kinds no backend serves is searched by brute force through its ``score``."""
+
+    def index(self: IndexedCompressor, doc_codes: Codes, *, device: str = "auto", k: int | None = None,
+              **options: Any) -> CompressedIndex:
+        """A search index over ``doc_codes`` (from this compressor's ``encode``).
+
+        The backend is the one registered for (``query_kind``, the documents' kind); ``options`` go to it
+        (``backend``, ``query_batch``, ...) over the method's own ``index_options``. ``k`` is the budget
+        raw queries are encoded at (default: the budget the documents were encoded at). A method whose
+        kinds no backend serves is searched by brute force through ``score`` (``index.brute_force``).
+        """
+        self._require_fitted()
+        if not isinstance(doc_codes, Codes):
+            raise TypeError(f"index() needs codes from encode(); got {type(doc_codes).__name__}")
+        budget = k if k is not None else self.query_budget(doc_codes)
+        if budget is not None:
+            self.budgets().resolve(budget, self.name)
+        query_kind = self.query_kind or (doc_codes.kind if self.symmetric else None)
+        backend = None if query_kind is None else get_index_registry().for_kinds(query_kind, doc_codes.kind)
+        if backend is None:
+            query_batch = options.get("query_batch", 512)
+            return CompressedIndex(self, ScoreIndex(doc_codes, self.score, query_batch=query_batch), budget=budget)
+        options = {"query_kind": query_kind, **self.index_options(doc_codes), **options}
+        return CompressedIndex(self, backend(doc_codes, device=device, **options), budget=budget)
+
+    def index_options(self, doc_codes: Codes) -> dict[str, Any]:
+        """Backend options this method's scoring needs (e.g. per-document weights); none by default."""
+        return {}
+
+    def query_budget(self: IndexedCompressor, doc_codes: Codes) -> int | None:
+        """The budget raw queries are encoded at for these documents: their common active count when it is
+        a valid budget (a fixed-k sparse code, a dense prefix), else None (the method's default). Empty codes
+        (all-zero rows of a method that encodes directions) say nothing about the budget and are not counted."""
+        budgets = self.budgets()
+        counts = doc_codes.active_counts()
+        counts = counts[counts > 0]
+        if budgets.fixed or not len(counts) or not (counts == counts[0]).all():
+            return None
+        return int(counts[0]) if budgets.low <= counts[0] <= budgets.high else None
+
+    def search(self: IndexedCompressor, queries: Any, doc_codes: Codes, top_k: int = 10, *, k: int | None = None,
+               input_kind: InputKind = "float", input_scale: Any = None, input_offset: Any = None,
+               input_dim: int | None = None) -> SearchResult:
+        """Exact search of ``queries`` (raw embeddings) in ``doc_codes``: (scores, ids), each (n_queries, top_k).
+
+        Builds ``index(doc_codes, k=k)`` for this one call; build it once with ``index`` to search many times.
+        ``input_kind`` and its options say how to read integer queries (as in ``fit``).
+        """
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+            raise ValueError(f"top_k must be an integer >= 1; got {top_k!r}")
+        return self.index(doc_codes, k=k).search(queries, top_k, input_kind=input_kind, input_scale=input_scale,
+                                                 input_offset=input_offset, input_dim=input_dim)
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,9 @@ import torch
 
 from adaptemb._version import __version__
 from adaptemb.codes import Codes
-from adaptemb.compressor import Compressor
 from adaptemb.encoders import ImageEncoder, TextEncoder
 from adaptemb.errors import UnsupportedExportError
+from adaptemb.method import Compressor
 from adaptemb.onnx import compose as graphs
 from adaptemb.onnx import parity as bars
 from adaptemb.onnx.backbones import (
