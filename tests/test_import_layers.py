@@ -93,17 +93,44 @@ def test_the_cycle_finder_finds_circles() -> None:
 
 
 def test_layers_point_one_way() -> None:
-    """codes -> compressor -> registry -> serialization / export -> api -> cli, from the bottom up."""
+    """codes -> compressor -> registry -> serialization -> onnx -> api -> cli, from the bottom up."""
     modules = _modules(ROOT / "adaptemb", "adaptemb")
     below = {
         "adaptemb.codes": {"adaptemb.compressor", "adaptemb.registry", "adaptemb.api", "adaptemb.cli"},
         "adaptemb.serialization": {"adaptemb.compressor", "adaptemb.registry", "adaptemb.api"},
-        "adaptemb.export": {"adaptemb.compressor", "adaptemb.registry", "adaptemb.api"},
         "adaptemb.registries": {"adaptemb.compressor", "adaptemb.api"},
         "adaptemb.compressor": {"adaptemb.api", "adaptemb.cli"},
     }
     for module, forbidden in below.items():
         assert not _imported(module, modules[module], modules) & forbidden, module
+
+
+def _package(modules: dict[str, Path], name: str) -> set[str]:
+    return {module for module in modules if module == name or module.startswith(f"{name}.")}
+
+
+def test_onnx_is_one_package_above_the_core() -> None:
+    """ONNX export lives in ``adaptemb.onnx`` alone. The core ``compressor`` imports none of it (the public
+    ``Compressor`` mixes ``adaptemb.onnx.head.OnnxExport`` in), and the head mixin imports nothing that builds
+    that class (compressor, registry, api) nor the rest of the export (backbones, encoder)."""
+    modules = _modules(ROOT / "adaptemb", "adaptemb")
+    onnx = _package(modules, "adaptemb.onnx")
+    assert {"adaptemb.onnx.head", "adaptemb.onnx.encoder", "adaptemb.onnx.parity", "adaptemb.onnx.sessions"} <= onnx
+    assert "adaptemb.export" not in modules and "adaptemb.encoders.onnx" not in modules
+    assert not _imported("adaptemb.compressor", modules["adaptemb.compressor"], modules) & onnx
+    head = _imported("adaptemb.onnx.head", modules["adaptemb.onnx.head"], modules)
+    assert not head & {"adaptemb.compressor", "adaptemb.registry", "adaptemb.api", "adaptemb.onnx",
+                       "adaptemb.onnx.encoder", "adaptemb.onnx.backbones"}
+
+
+def test_encoders_sit_below_datasets() -> None:
+    """Datasets embed with the encoders; the encoders (backbones only) and the ONNX export import no dataset."""
+    modules = _modules(ROOT / "adaptemb", "adaptemb")
+    datasets = _package(modules, "adaptemb.datasets")
+    assert "adaptemb.encoders.image" in _imported(
+        "adaptemb.datasets.fashion_mnist", modules["adaptemb.datasets.fashion_mnist"], modules)
+    for module in _package(modules, "adaptemb.encoders") | _package(modules, "adaptemb.onnx"):
+        assert not _imported(module, modules[module], modules) & datasets, module
 
 
 def test_file_readers_sit_at_the_bottom() -> None:
