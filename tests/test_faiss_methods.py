@@ -121,19 +121,21 @@ def test_opq_trains_faiss_opq(real: tuple[np.ndarray, np.ndarray], tmp_path: Pat
 
 
 def test_opq_rotation_trains_on_a_sample_and_the_codebooks_on_every_row(real: tuple[np.ndarray, np.ndarray]) -> None:
-    """The rotation trains on at most ``opq_rows_per_centroid`` x 2^nbits rows (faiss' OPQMatrix.max_train_points);
-    the final codebooks on every row with ``train_iterations`` (faiss' OPQ loop used to leave them at its own 4)."""
+    """The rotation trains on a seeded sample of ``opq_rows_per_centroid`` rows per centroid or per dimension,
+    whichever allows more; the final codebooks on every row with ``train_iterations`` (faiss' OPQ loop used to leave
+    them at its own 4 whatever the config said)."""
     docs, _ = real
     params = {"k": 8, "nbits": 4, "opq_iterations": 2, "seed": 0}
-    sampled = adaptemb.fit(docs[:900], "opq", opq_rows_per_centroid=30, **params)
-    assert sampled.fit_report["rotation_train_rows"] == 30 * 16 and sampled.fit_report["train_rows"] == 900
-    at_least_d = adaptemb.fit(docs[:900], "opq", opq_rows_per_centroid=2, **params)
-    assert at_least_d.fit_report["rotation_train_rows"] == docs.shape[1]  # never fewer rows than d
-    with pytest.raises(ValueError, match="needs at least d = 384 rows; got 300"):
-        adaptemb.fit(docs[:300], "opq", **params)
+    sampled = adaptemb.fit(docs[:900], "opq", opq_rows_per_centroid=1, **params)  # d = 384 > 16 centroids
+    assert sampled.fit_report["rotation_train_rows"] == 384 and sampled.fit_report["train_rows"] == 900
+    narrow = np.ascontiguousarray(docs[:900, :64])  # 64 dims < 256 centroids at 8 bits
+    by_centroids = adaptemb.fit(narrow, "opq", **{**params, "nbits": 8}, opq_rows_per_centroid=2)
+    assert by_centroids.fit_report["rotation_train_rows"] == 2 * 256
     every = adaptemb.fit(docs[:900], "opq", opq_rows_per_centroid=None, **params)
     assert every.fit_report["rotation_train_rows"] == 900
     assert not np.array_equal(sampled.state_tensors()["rotation"].numpy(), every.state_tensors()["rotation"].numpy())
+    with pytest.raises(ValueError, match="needs at least d = 384 rows; got 300"):
+        adaptemb.fit(docs[:300], "opq", **params)
     one, five = (adaptemb.fit(docs[:600], "opq", train_iterations=n, **params) for n in (1, 5))
     np.testing.assert_array_equal(one.state_tensors()["rotation"].numpy(), five.state_tensors()["rotation"].numpy())
     assert not np.array_equal(one.state_tensors()["pq_centroids"].numpy(), five.state_tensors()["pq_centroids"].numpy())
