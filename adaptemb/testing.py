@@ -128,6 +128,22 @@ class CompressorContract:
         with pytest.raises(InvalidConfigError, match="unknown parameter 'no_such_param'"):
             adaptemb.get_compressor(self.method, no_such_param=1)
 
+    def test_implements_the_hooks_not_the_public_methods(self) -> None:
+        """``encode`` and ``encode_queries`` are the core's (they read ``input_kind``, validate, batch): a method
+        implements ``_encode`` / ``_encode_natural`` / ``_encode_queries`` and declares ``symmetric``."""
+        cls = adaptemb.get_registry().get(self.method)
+        assert cls.encode is Compressor.encode, f"{self.method} overrides encode: implement _encode instead"
+        assert cls.encode_queries is Compressor.encode_queries, (
+            f"{self.method} overrides encode_queries: implement _encode_queries (and declare symmetric = False)")
+
+    def test_symmetric_methods_encode_queries_like_documents(self, contract_fitted: Compressor,
+                                                             contract_data: Data) -> None:
+        """A method that declares ``symmetric`` (the default) encodes queries exactly as documents."""
+        if not contract_fitted.symmetric:
+            pytest.skip(f"{self.method} encodes queries its own way (symmetric = False)")
+        x = contract_data[0][:20]
+        assert_same_codes(contract_fitted.encode_queries(x), contract_fitted.encode(x))
+
     def test_encode_shapes_and_budgets(self, contract_fitted: Compressor, contract_data: Data) -> None:
         x = contract_data[0]
         budgets = contract_fitted.budgets()

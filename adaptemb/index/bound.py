@@ -39,6 +39,7 @@ class QueryEncoder(Protocol):
     """What a ``CompressedIndex`` needs from its compressor (``adaptemb.Compressor`` provides it)."""
 
     name: str
+    dim: int | None
 
     def encode_queries(self, x: Any, k: int | None = None, **inputs: Any) -> Codes: ...
 
@@ -198,7 +199,7 @@ class CompressedIndex:
             raise TypeError("this index reranks with float query vectors: pass query embeddings, not query codes")
         stage = self.second_stage
         _, candidates = self.inner.search(codes, max(stage.shortlist, top_k))
-        given = spec.read(queries, name="queries", dim=getattr(self.compressor, "dim", None))
+        given = spec.read(queries, name="queries", dim=self.compressor.dim)
         floats = queries if given is None else torch.from_numpy(given.to_float())  # the rerank side is float
         return rerank(stage.queries(floats), stage.docs, candidates, top_k)
 
