@@ -1,0 +1,131 @@
+"""The ``Codes`` contract every code kind implements, and the helpers the kinds share.
+
+Storage accounting is exact and split in two:
+
+* ``row_nbytes``: bytes that grow with the number of vectors (the per-row payload);
+* ``shared_nbytes``: bytes stored once for all rows (for example int8 scales).
+
+``nbytes`` is their sum and equals the bytes of the arrays ``to_arrays()`` returns, which is what
+``adaptemb.save_codes`` writes. ``bytes_per_vector`` is ``row_nbytes / len(codes)``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+_C = TypeVar("_C", bound="Codes")
+_SCORE_BLOCK_ROWS = 16384  # rows decoded at a time when scoring, to bound memory
+
+
+class Codes(ABC):
+    """Compressed vectors of one kind. Subclasses register themselves by ``kind``."""
+
+    kind: ClassVar[str]
+    shared_arrays: ClassVar[tuple[str, ...]] = ()
+    """Names in ``to_arrays()`` stored once for all rows (int8's calibration); every other array is per row:
+    (n, …) arrays, or 1-D arrays of length ``counts.sum()`` split by a per-row ``counts`` array."""
+    _kinds: ClassVar[dict[str, type[Codes]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:
+            Codes._kinds[cls.kind] = cls
+
+    @classmethod
+    def for_kind(cls, kind: str) -> type[Codes]:
+        """The code class registered under ``kind``."""
+        if kind not in cls._kinds:
+            raise ValueError(f"unknown code kind {kind!r}; known kinds: {', '.join(sorted(cls._kinds))}")
+        return cls._kinds[kind]
+
+    dim: int
+    """Dimension of the code space (d for dense prefixes, h for sparse codes)."""
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def __getitem__(self: _C, rows: slice | np.ndarray | Sequence[int]) -> _C:
+        """The codes of the selected rows."""
+
+    @property
+    @abstractmethod
+    def row_nbytes(self) -> int:
+        """Bytes of per-row payload, summed over all rows."""
+
+    @property
+    def shared_nbytes(self) -> int:
+        """Bytes stored once for all rows (0 unless the kind has shared tables)."""
+        return 0
+
+    @property
+    def nbytes(self) -> int:
+        """Exact bytes of everything the codes hold: ``row_nbytes + shared_nbytes``."""
+        return self.row_nbytes + self.shared_nbytes
+
+    @property
+    def bytes_per_vector(self) -> float:
+        """Per-row payload bytes, the number to compare with ``4 * d`` for float32."""
+        return self.row_nbytes / len(self)
+
+    @abstractmethod
+    def active_counts(self) -> np.ndarray:
+        """Number of stored (active) dimensions of each row, shape (n,)."""
+
+    @abstractmethod
+    def to_dense(self) -> np.ndarray:
+        """A float32 (n, dim) array of the values the codes stand for, for inspection and tests."""
+
+    @abstractmethod
+    def similarity(self, other: Codes) -> np.ndarray:
+        """Scores (len(self), len(other)) of the kind's own metric; larger means more similar."""
+
+    @abstractmethod
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays that fully describe the codes (what is saved)."""
+
+    @classmethod
+    @abstractmethod
+    def from_arrays(cls: type[_C], arrays: dict[str, np.ndarray], dim: int) -> _C:
+        """Rebuild codes from ``to_arrays()`` output."""
+
+    @classmethod
+    @abstractmethod
+    def concat(cls: type[_C], parts: Sequence[_C]) -> _C:
+        """Stack codes of the same kind row-wise."""
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(n={len(self)}, dim={self.dim}, "
+            f"bytes_per_vector={self.bytes_per_vector:.1f})"
+        )
+
+    def _check_same_kind(self, other: Codes) -> None:
+        if type(other) is not type(self):
+            raise TypeError(
+                f"cannot score {type(self).__name__} against {type(other).__name__}; "
+                "encode queries and documents with the same compressor"
+            )
+        if other.dim != self.dim:
+            raise ValueError(f"code dimensions differ: {self.dim} vs {other.dim}")
+
+
+def index_dtype(dim: int) -> np.dtype:
+    """The smallest unsigned integer dtype that holds indices ``0 .. dim - 1``."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if dim - 1 <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.uint64)
+
+
+def select_rows(rows: slice | np.ndarray | Sequence[int]) -> slice | np.ndarray:
+    """``rows`` as an index of the first axis: a slice, or an array of row numbers (a single int is refused)."""
+    if isinstance(rows, slice):
+        return rows
+    if isinstance(rows, (int, np.integer)):
+        raise TypeError("index codes with a slice or an array of row numbers, e.g. codes[[i]]")
+    return np.asarray(rows)

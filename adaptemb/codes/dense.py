@@ -1,0 +1,53 @@
+"""Dense float codes (a prefix, a projection), scored by dot product."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from adaptemb.codes.base import Codes, select_rows
+
+
+class DenseCodes(Codes):
+    """Dense float vectors (a prefix, a projection); scored by dot product."""
+
+    kind = "dense"
+
+    def __init__(self, values: np.ndarray) -> None:
+        if values.ndim != 2 or values.dtype not in (np.float16, np.float32):
+            raise ValueError(f"dense codes need a 2-D float16/float32 array; got {values.dtype} {values.shape}")
+        self.values = values
+        self.dim = values.shape[1]
+
+    def __len__(self) -> int:
+        return self.values.shape[0]
+
+    def __getitem__(self, rows: slice | np.ndarray | Sequence[int]) -> DenseCodes:
+        return DenseCodes(self.values[select_rows(rows)])
+
+    @property
+    def row_nbytes(self) -> int:
+        return self.values.nbytes
+
+    def active_counts(self) -> np.ndarray:
+        return np.full(len(self), self.dim, dtype=np.int64)
+
+    def to_dense(self) -> np.ndarray:
+        return self.values.astype(np.float32, copy=False)
+
+    def similarity(self, other: Codes) -> np.ndarray:
+        self._check_same_kind(other)
+        assert isinstance(other, DenseCodes)
+        return self.to_dense() @ other.to_dense().T
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {"values": self.values}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], dim: int) -> DenseCodes:
+        return cls(arrays["values"])
+
+    @classmethod
+    def concat(cls, parts: Sequence[DenseCodes]) -> DenseCodes:
+        return cls(np.concatenate([p.values for p in parts]))

@@ -1,0 +1,74 @@
+"""Queries projected into a code space, scored asymmetrically against sparse or binary-sparse documents."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from adaptemb.codes.base import _SCORE_BLOCK_ROWS, Codes, select_rows
+from adaptemb.codes.binary_sparse import BinarySparseCodes
+from adaptemb.codes.sparse import SparseCodes
+
+
+class ProjectedQueries(Codes):
+    """Queries projected into a code space, for asymmetric search against sparse or binary-sparse documents.
+
+    Row ``i`` holds a dense vector ``values[i]`` over the ``dim`` code dimensions and a scalar
+    ``offset[i]``: its score against a document code ``z`` is ``<values[i], z> + offset[i]``. A
+    compressor whose decoder is linear emits these (``values = W_dec q``, ``offset = <q, b>``), so the
+    score equals ``<q, decode(z)>`` while the documents stay sparse. Indexes add the offset themselves;
+    methods that normalise per document (``bsa``) also pass document weights to their index.
+    """
+
+    kind = "projected"
+
+    def __init__(self, values: np.ndarray, offset: np.ndarray | None = None) -> None:
+        if values.ndim != 2 or values.dtype != np.float32:
+            raise ValueError(f"projected queries need a 2-D float32 array; got {values.dtype} {values.shape}")
+        offset = np.zeros(len(values), np.float32) if offset is None else offset
+        if offset.shape != (len(values),) or offset.dtype != np.float32:
+            raise ValueError(f"offset must be float32 of shape ({len(values)},); got {offset.dtype} {offset.shape}")
+        self.values = values
+        self.offset = offset
+        self.dim = values.shape[1]
+
+    def __len__(self) -> int:
+        return self.values.shape[0]
+
+    def __getitem__(self, rows: slice | np.ndarray | Sequence[int]) -> ProjectedQueries:
+        sel = select_rows(rows)
+        return ProjectedQueries(self.values[sel], self.offset[sel])
+
+    @property
+    def row_nbytes(self) -> int:
+        return self.values.nbytes + self.offset.nbytes
+
+    def active_counts(self) -> np.ndarray:
+        return np.full(len(self), self.dim, dtype=np.int64)
+
+    def to_dense(self) -> np.ndarray:
+        return self.values
+
+    def similarity(self, other: Codes) -> np.ndarray:
+        """``<values, z> + offset`` against sparse or binary-sparse document codes of the same dim."""
+        if not isinstance(other, (SparseCodes, BinarySparseCodes)):
+            raise TypeError(f"projected queries score sparse or binary_sparse documents; got {type(other).__name__}")
+        if other.dim != self.dim:
+            raise ValueError(f"code dimensions differ: {self.dim} vs {other.dim}")
+        out = np.empty((len(self), len(other)), dtype=np.float32)
+        for start in range(0, len(other), _SCORE_BLOCK_ROWS):
+            block = other[start : start + _SCORE_BLOCK_ROWS].to_csr()
+            out[:, start : start + block.shape[0]] = np.asarray((block @ self.values.T).T) + self.offset[:, None]
+        return out
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {"values": self.values, "offset": self.offset}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], dim: int) -> ProjectedQueries:
+        return cls(arrays["values"], arrays["offset"])
+
+    @classmethod
+    def concat(cls, parts: Sequence[ProjectedQueries]) -> ProjectedQueries:
+        return cls(np.concatenate([p.values for p in parts]), np.concatenate([p.offset for p in parts]))

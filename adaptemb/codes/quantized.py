@@ -1,0 +1,73 @@
+"""int8 codes with a per-dimension affine calibration shared by all rows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from adaptemb.codes.base import _SCORE_BLOCK_ROWS, Codes, select_rows
+
+
+class QuantizedCodes(Codes):
+    """int8 codes with per-dimension affine calibration: ``x ≈ offset + scale * code``.
+
+    ``scale`` and ``offset`` (float32, shape (dim,)) are shared by all rows. ``similarity`` is the
+    exact inner product of the dequantised vectors, computed blockwise in float32.
+    """
+
+    kind = "int8"
+    shared_arrays = ("scale", "offset")
+
+    def __init__(self, codes: np.ndarray, scale: np.ndarray, offset: np.ndarray) -> None:
+        if codes.dtype != np.int8 or codes.ndim != 2:
+            raise ValueError(f"int8 codes need a 2-D int8 array; got {codes.dtype} {codes.shape}")
+        if scale.shape != (codes.shape[1],) or offset.shape != (codes.shape[1],):
+            raise ValueError("scale and offset must have shape (dim,)")
+        self.codes = codes
+        self.scale = scale.astype(np.float32, copy=False)
+        self.offset = offset.astype(np.float32, copy=False)
+        self.dim = codes.shape[1]
+
+    def __len__(self) -> int:
+        return self.codes.shape[0]
+
+    def __getitem__(self, rows: slice | np.ndarray | Sequence[int]) -> QuantizedCodes:
+        return QuantizedCodes(self.codes[select_rows(rows)], self.scale, self.offset)
+
+    @property
+    def row_nbytes(self) -> int:
+        return self.codes.nbytes
+
+    @property
+    def shared_nbytes(self) -> int:
+        return self.scale.nbytes + self.offset.nbytes
+
+    def active_counts(self) -> np.ndarray:
+        return np.full(len(self), self.dim, dtype=np.int64)
+
+    def to_dense(self) -> np.ndarray:
+        return self.offset + self.scale * self.codes.astype(np.float32)
+
+    def similarity(self, other: Codes) -> np.ndarray:
+        self._check_same_kind(other)
+        assert isinstance(other, QuantizedCodes)
+        if not (np.array_equal(self.scale, other.scale) and np.array_equal(self.offset, other.offset)):
+            raise ValueError("int8 codes come from different calibrations; encode both with one compressor")
+        left = self.to_dense()
+        out = np.empty((len(self), len(other)), dtype=np.float32)
+        for start in range(0, len(other), _SCORE_BLOCK_ROWS):
+            right = other[start : start + _SCORE_BLOCK_ROWS].to_dense()
+            out[:, start : start + len(right)] = left @ right.T
+        return out
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {"codes": self.codes, "scale": self.scale, "offset": self.offset}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], dim: int) -> QuantizedCodes:
+        return cls(arrays["codes"], arrays["scale"], arrays["offset"])
+
+    @classmethod
+    def concat(cls, parts: Sequence[QuantizedCodes]) -> QuantizedCodes:
+        return cls(np.concatenate([p.codes for p in parts]), parts[0].scale, parts[0].offset)
