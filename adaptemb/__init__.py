@@ -28,7 +28,6 @@ from adaptemb.errors import (
     AdaptembWarning,
     ZeroRowsWarning,
 )
-from adaptemb.hookspecs import hookimpl
 from adaptemb.index import Index, SearchResult
 from adaptemb.index.bound import CompressedIndex, Rerank
 from adaptemb.inputs import INPUT_KINDS, InputKind, IntegerEmbeddings, scale_offset_from_ranges
@@ -43,6 +42,7 @@ from adaptemb.registry import (
     build_index,
     get_index_registry,
     get_registry,
+    hookimpl,
     register_plugin,
     unregister_plugin,
 )

@@ -1,34 +1,35 @@
-"""The plugin manager and the registries it fills (compressors, index backends).
+"""The plugin manager: the hooks it calls, the registries they fill (compressors, index backends), the manager.
 
-Plugins come from the ``adaptemb`` entry-point group (the built-in methods ship there too) and from
-``register_plugin`` calls; the core's index backends (``adaptemb.index.builtin``) are registered first,
-through the same ``pm.register`` door. Set ``ADAPTEMB_DISABLE_PLUGINS`` to a comma-separated list of
-entry-point names or distribution names to skip them, or to ``all`` to load no entry point at all.
+Plugins (functions marked ``@adaptemb.hookimpl`` named as the hook specs below) come from the ``adaptemb``
+entry-point group (the built-in methods ship there too) and from ``register_plugin``; the core's own index
+backends are registered first, through the same door and hook. Set ``ADAPTEMB_DISABLE_PLUGINS`` to a
+comma-separated list of entry-point or distribution names to skip them, or to ``all`` to load no entry point.
+Both registries refuse duplicates with an error naming the two sources; a miss lists what exists.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import os
+import sys
 import threading
 import warnings
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import pluggy
+import pydantic
 
-from adaptemb import hookspecs
 from adaptemb._version import __version__
 from adaptemb.codes import Codes
-from adaptemb.index import builtin as builtin_index_backends
+from adaptemb.errors import DuplicateCompressorError, DuplicateIndexError, UnknownCompressorError
 from adaptemb.index.base import Index
-from adaptemb.registries import (
-    DISABLE_ENV_VAR,
-    CompressorInfo,
-    CompressorRegistry,
-    IndexBackendInfo,
-    IndexRegistry,
-    PluginSource,
-)
+from adaptemb.index.dense import DenseIndex
+from adaptemb.index.quantized import BinaryIndex, Int8Index
+from adaptemb.index.sparse import SparseIndex
 
 __all__ = [
     "DISABLE_ENV_VAR",
@@ -41,14 +42,221 @@ __all__ = [
     "build_index",
     "get_index_registry",
     "get_registry",
+    "hookimpl",
+    "hookspec",
     "plugin_manager",
+    "register_compressors",
+    "register_index_backends",
     "register_plugin",
     "reset_plugins",
     "unregister_plugin",
 ]
 
-ENTRY_POINT_GROUP = "adaptemb"
+PROJECT_NAME = ENTRY_POINT_GROUP = "adaptemb"
+DISABLE_ENV_VAR = "ADAPTEMB_DISABLE_PLUGINS"
 BUILTIN_INDEX_PLUGIN = "adaptemb-index-backends"
+
+# -- the registries -------------------------------------------------------------------------------
+
+COMPRESSOR_INTERFACE = ("fit", "encode", "encode_queries", "score", "budgets", "index", "save")
+"""What a registered compressor class must offer: what ``adaptemb.Compressor`` subclasses inherit."""
+
+
+@dataclass(frozen=True)
+class PluginSource:
+    """Where a plugin came from: its plugin name, and the distribution that ships it (if any)."""
+
+    plugin: str
+    package: str | None = None
+    version: str | None = None
+
+    def __str__(self) -> str:
+        if self.package is None:
+            return f"plugin {self.plugin!r}"
+        return f"plugin {self.plugin!r} from {self.package} {self.version}"
+
+
+@dataclass(frozen=True)
+class CompressorInfo:
+    """One registered compressor, as ``adaptemb.list_compressors()`` reports it."""
+
+    name: str
+    cls: type
+    """The ``adaptemb.Compressor`` subclass."""
+    source: PluginSource
+    summary: str
+    budgets: str
+
+
+class _Attributed:
+    """Shared: attribute ``add`` calls to the plugin whose hook is running."""
+
+    def __init__(self) -> None:
+        self._current = PluginSource(plugin="<direct>")
+
+    @contextmanager
+    def adding_from(self, source: PluginSource) -> Iterator[None]:
+        """Attribute the ``add`` calls made inside the block to ``source``."""
+        previous, self._current = self._current, source
+        try:
+            yield
+        finally:
+            self._current = previous
+
+
+class CompressorRegistry(_Attributed):
+    """Maps method names to Compressor classes; filled by the ``register_compressors`` hook."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._entries: dict[str, CompressorInfo] = {}
+
+    def add(self, cls: type) -> None:
+        """Register a ``Compressor`` subclass under its ``name``."""
+        if not _is_compressor_class(cls):
+            raise TypeError(f"registry.add needs a concrete Compressor subclass; got {cls!r}")
+        name = getattr(cls, "name", None)
+        if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
+            raise ValueError(f"{cls.__qualname__}.name must be a lower-case identifier; got {name!r}")
+        if name in self._entries:
+            first = self._entries[name]
+            raise DuplicateCompressorError(
+                f"compressor {name!r} is registered twice: by {first.source} "
+                f"({first.cls.__module__}.{first.cls.__qualname__}) and by {self._current} "
+                f"({cls.__module__}.{cls.__qualname__}); disable one with {DISABLE_ENV_VAR}"
+            )
+        summary = (inspect.getdoc(cls) or "").split("\n", 1)[0]
+        self._entries[name] = CompressorInfo(name, cls, self._current, summary, getattr(cls, "budget_help", ""))
+
+    def get(self, name: str) -> Any:
+        """The class registered as ``name``; an unknown name lists what exists."""
+        if not isinstance(name, str) or name not in self._entries:
+            raise UnknownCompressorError(str(name), self._entries)
+        return self._entries[name].cls
+
+    def info(self, name: str) -> CompressorInfo:
+        self.get(name)
+        return self._entries[name]
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def infos(self) -> list[CompressorInfo]:
+        return [self._entries[name] for name in self.names()]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+
+@dataclass(frozen=True)
+class IndexBackendInfo:
+    """One registered index backend and the plugin that registered it."""
+
+    name: str
+    cls: type[Index]
+    source: PluginSource
+
+
+class IndexRegistry(_Attributed):
+    """Index backends by name and by the (query kind, document kind) pairs they serve; filled by the
+    ``register_index_backends`` hook. A pair has exactly one backend."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._by_name: dict[str, IndexBackendInfo] = {}
+        self._by_pair: dict[tuple[str, str], IndexBackendInfo] = {}
+
+    def add(self, cls: type[Index]) -> None:
+        """Register an ``adaptemb.index.Index`` subclass for every pair in its ``pairs``."""
+        if not (inspect.isclass(cls) and issubclass(cls, Index)) or inspect.isabstract(cls):
+            raise TypeError(f"index registry.add needs a concrete adaptemb.index.Index subclass; got {cls!r}")
+        name, pairs = getattr(cls, "name", None), getattr(cls, "pairs", None)
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{cls.__qualname__}.name must be a non-empty string; got {name!r}")
+        if not pairs or not all(isinstance(p, tuple) and len(p) == 2 and all(isinstance(k, str) for k in p) for p in pairs):
+            raise ValueError(f"{cls.__qualname__}.pairs must list (query kind, document kind) string pairs; got {pairs!r}")
+        info = IndexBackendInfo(name, cls, self._current)
+        for clash in [self._by_name.get(name)] + [self._by_pair.get(pair) for pair in pairs]:
+            if clash is not None:
+                raise DuplicateIndexError(
+                    f"index backend {cls.__qualname__} ({name!r}, {self._current}) clashes with "
+                    f"{clash.cls.__qualname__} ({clash.name!r}, {clash.source}): a name and each (query, document) "
+                    f"kind pair have one backend; disable one plugin with {DISABLE_ENV_VAR}"
+                )
+        self._by_name[name] = info
+        self._by_pair.update({pair: info for pair in pairs})
+
+    def for_kinds(self, query_kind: str, doc_kind: str) -> type[Index] | None:
+        """The backend serving ``query_kind`` queries against ``doc_kind`` documents, or None."""
+        info = self._by_pair.get((query_kind, doc_kind))
+        return None if info is None else info.cls
+
+    def get(self, name: str) -> type[Index]:
+        """The backend registered as ``name`` (how saved indexes name theirs)."""
+        if name not in self._by_name:
+            raise ValueError(f"unknown index backend {name!r}; registered: {', '.join(sorted(self._by_name)) or 'none'}")
+        return self._by_name[name].cls
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """Every served (query kind, document kind) pair, sorted."""
+        return sorted(self._by_pair)
+
+    def infos(self) -> list[IndexBackendInfo]:
+        return [self._by_name[name] for name in sorted(self._by_name)]
+
+
+def _is_compressor_class(cls: Any) -> bool:
+    """A concrete class offering the Compressor interface with a pydantic config (checked by shape, so
+    this module stays below ``adaptemb.compressor`` in the import layers)."""
+    if not inspect.isclass(cls) or inspect.isabstract(cls):
+        return False
+    config = getattr(cls, "Config", None)
+    if not (inspect.isclass(config) and issubclass(config, pydantic.BaseModel)):
+        return False
+    return all(callable(getattr(cls, method, None)) for method in COMPRESSOR_INTERFACE)
+
+
+# -- the hooks ------------------------------------------------------------------------------------
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def register_compressors(registry: CompressorRegistry) -> None:
+    """Add this plugin's compressors with ``registry.add(CompressorClass)``.
+
+    Called once per plugin when the registry is first built (the first ``adaptemb.fit``,
+    ``adaptemb.load``, ``adaptemb.list_compressors``, ...). Returns nothing. Adding a name that
+    another plugin already added raises ``DuplicateCompressorError`` naming both plugins.
+    """
+
+
+@hookspec
+def register_index_backends(registry: IndexRegistry) -> None:
+    """Add this plugin's search backends with ``registry.add(IndexClass)``.
+
+    ``IndexClass`` subclasses ``adaptemb.index.Index`` and declares ``name`` and ``pairs``, the
+    (query code kind, document code kind) pairs it searches; ``Compressor.index`` looks backends up by
+    the kinds a compressor declares. Called once per plugin when the index registry is first built.
+    Returns nothing. A name or a kind pair that another plugin already registered raises
+    ``DuplicateIndexError`` naming both.
+    """
+
+
+class _CoreIndexBackends:
+    """The core's own index backends, a plugin like any other (the manager registers it first)."""
+
+    @hookimpl
+    def register_index_backends(self, registry: IndexRegistry) -> None:
+        for backend in (DenseIndex, SparseIndex, BinaryIndex, Int8Index):
+            registry.add(backend)
+
+
+# -- the manager ----------------------------------------------------------------------------------
+
+
+_Filled = TypeVar("_Filled", bound=_Attributed)
 
 
 class _Plugins:
@@ -64,9 +272,9 @@ class _Plugins:
     def manager(self) -> pluggy.PluginManager:
         with self._lock:
             if self._manager is None:
-                manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-                manager.add_hookspecs(hookspecs)
-                manager.register(builtin_index_backends, name=BUILTIN_INDEX_PLUGIN)
+                manager = pluggy.PluginManager(PROJECT_NAME)
+                manager.add_hookspecs(sys.modules[__name__])  # the two hook specs above
+                manager.register(_CoreIndexBackends(), name=BUILTIN_INDEX_PLUGIN)
                 self._sources[BUILTIN_INDEX_PLUGIN] = PluginSource(BUILTIN_INDEX_PLUGIN, "adaptemb", __version__)
                 self._manager = manager
                 self._load_entry_points()
@@ -75,26 +283,22 @@ class _Plugins:
     def registry(self) -> CompressorRegistry:
         with self._lock:
             if self._registry is None:
-                registry = CompressorRegistry()
-                manager = self.manager()
-                self._fill(registry, manager.hook.register_compressors)
-                self._registry = registry
+                self._registry = self._fill(CompressorRegistry(), self.manager().hook.register_compressors)
             return self._registry
 
     def index_registry(self) -> IndexRegistry:
         with self._lock:
             if self._index_registry is None:
-                registry = IndexRegistry()
-                self._fill(registry, self.manager().hook.register_index_backends)
-                self._index_registry = registry
+                self._index_registry = self._fill(IndexRegistry(), self.manager().hook.register_index_backends)
             return self._index_registry
 
-    def _fill(self, registry: CompressorRegistry | IndexRegistry, hook: Any) -> None:
+    def _fill(self, registry: _Filled, hook: Any) -> _Filled:
         """Call each plugin's implementation of ``hook`` separately so every add() is attributed to it."""
         for impl in reversed(hook.get_hookimpls()):
             source = self._sources.get(impl.plugin_name, PluginSource(impl.plugin_name))
             with registry.adding_from(source):
                 impl.function(registry=registry)
+        return registry
 
     def register(self, plugin: Any, name: str | None = None) -> str:
         with self._lock:

@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 import adaptemb
-from adaptemb import hookspecs
+from adaptemb import registry
 
 ROOT = Path(__file__).parent.parent
 EXAMPLE = ROOT / "tests" / "plugin_example"
@@ -24,7 +24,7 @@ def test_plugin_guide_shows_exactly_the_tested_example_package() -> None:
 
 def test_every_hook_has_a_heading_in_the_plugin_guide() -> None:
     guide = (ROOT / "docs" / "plugins.md").read_text()
-    hooks = [name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), "adaptemb_spec")]
+    hooks = [name for name in dir(registry) if hasattr(getattr(registry, name), "adaptemb_spec")]
     assert hooks, "no hook specs found"
     for hook in hooks:
         assert f"### {hook}" in guide
