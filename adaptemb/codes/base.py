@@ -98,6 +98,24 @@ class Codes(ABC):
     def concat(cls: type[_C], parts: Sequence[_C]) -> _C:
         """Stack codes of the same kind row-wise."""
 
+    # -- the storage form of an exported (ONNX) encoder -----------------------------------------
+
+    onnx_outputs: ClassVar[tuple[str, ...]] = ()
+    """Output names of an exported encoder emitting this kind (its storage form); empty: the names of the
+    compressor's ``encoder(k)`` outputs, passed through as they are."""
+
+    @classmethod
+    def onnx_graph(cls, outputs: dict[str, Any], dim: int) -> tuple[Any, ...]:
+        """Inside the graph: the tensors of ``onnx_outputs`` from the ``encoder(k)`` outputs (by name) of a
+        compressor whose codes have dimension ``dim``. By default the outputs, unchanged."""
+        return tuple(outputs.values())
+
+    def onnx_arrays(self, head_outputs: Sequence[str]) -> dict[str, np.ndarray]:
+        """The arrays an exported encoder emits for these codes, by output name (what its parity check
+        compares); ``head_outputs`` are the ``encoder(k)`` output names. By default those of ``to_arrays()``."""
+        arrays = self.to_arrays()
+        return {name: arrays[name] for name in self.onnx_outputs or head_outputs}
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(n={len(self)}, dim={self.dim}, "

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import torch
 
 from adaptemb.codes.base import _SCORE_BLOCK_ROWS, Codes, select_rows
 
@@ -17,6 +19,7 @@ class BinaryCodes(Codes):
     """
 
     kind = "binary"
+    onnx_outputs = ("bits",)
 
     def __init__(self, packed: np.ndarray, dim: int) -> None:
         if packed.dtype != np.uint8 or packed.ndim != 2 or packed.shape[1] != (dim + 7) // 8:
@@ -76,3 +79,10 @@ class BinaryCodes(Codes):
     @classmethod
     def concat(cls, parts: Sequence[BinaryCodes]) -> BinaryCodes:
         return cls(np.concatenate([p.packed for p in parts]), parts[0].dim)
+
+    @classmethod
+    def onnx_graph(cls, outputs: dict[str, Any], dim: int) -> tuple[Any, ...]:
+        return (outputs["packed"].to(torch.uint8),)
+
+    def onnx_arrays(self, head_outputs: Sequence[str]) -> dict[str, np.ndarray]:
+        return {"bits": self.packed}

@@ -7,8 +7,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
+import torch
 
 from adaptemb.codes.base import Codes, index_dtype, select_rows
+from adaptemb.codes.graph import pack_bits
 
 
 class BinarySparseCodes(Codes):
@@ -28,6 +30,7 @@ class BinarySparseCodes(Codes):
 
     kind = "binary_sparse"
     metrics: ClassVar[tuple[str, ...]] = ("dot", "cosine")
+    onnx_outputs = ("bits",)
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, dim: int) -> None:
         indptr = np.asarray(indptr, dtype=np.int64)
@@ -186,6 +189,19 @@ class BinarySparseCodes(Codes):
         if len({p.dim for p in parts}) != 1:
             raise ValueError("cannot concatenate binary sparse codes of different dims")
         return cls.from_csr(sp.vstack([p.to_csr() for p in parts]).tocsr())
+
+    @classmethod
+    def onnx_graph(cls, outputs: dict[str, Any], dim: int) -> tuple[Any, ...]:
+        """Packed bits, from a head's ``bitmap`` or from its (n, k) ``indices`` (-1 in every slot of a row with
+        no active feature: an all-zero embedding)."""
+        if "bitmap" in outputs:
+            return (outputs["bitmap"].to(torch.uint8),)
+        indices = outputs["indices"].long()
+        mask = torch.zeros(indices.shape[0], dim, dtype=torch.float32, device=indices.device)
+        return (pack_bits(mask.scatter(1, indices.clamp_min(0), (indices >= 0).float())),)
+
+    def onnx_arrays(self, head_outputs: Sequence[str]) -> dict[str, np.ndarray]:
+        return {"bits": np.packbits(self.to_dense() > 0, axis=1)}
 
     def _check_sorted_unique(self) -> None:
         if self.indices.size < 2:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -13,6 +14,7 @@ class DenseCodes(Codes):
     """Dense float vectors (a prefix, a projection); scored by dot product."""
 
     kind = "dense"
+    onnx_outputs = ("codes",)
 
     def __init__(self, values: np.ndarray) -> None:
         if values.ndim != 2 or values.dtype not in (np.float16, np.float32):
@@ -51,3 +53,10 @@ class DenseCodes(Codes):
     @classmethod
     def concat(cls, parts: Sequence[DenseCodes]) -> DenseCodes:
         return cls(np.concatenate([p.values for p in parts]))
+
+    @classmethod
+    def onnx_graph(cls, outputs: dict[str, Any], dim: int) -> tuple[Any, ...]:
+        return (outputs["values"],)
+
+    def onnx_arrays(self, head_outputs: Sequence[str]) -> dict[str, np.ndarray]:
+        return {"codes": self.values}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +19,7 @@ class QuantizedCodes(Codes):
 
     kind = "int8"
     shared_arrays = ("scale", "offset")
+    onnx_outputs = ("codes",)
 
     def __init__(self, codes: np.ndarray, scale: np.ndarray, offset: np.ndarray) -> None:
         if codes.dtype != np.int8 or codes.ndim != 2:
@@ -71,3 +73,7 @@ class QuantizedCodes(Codes):
     @classmethod
     def concat(cls, parts: Sequence[QuantizedCodes]) -> QuantizedCodes:
         return cls(np.concatenate([p.codes for p in parts]), parts[0].scale, parts[0].offset)
+
+    @classmethod
+    def onnx_graph(cls, outputs: dict[str, Any], dim: int) -> tuple[Any, ...]:
+        return (outputs["codes"],)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from adaptemb.codes.base import Codes, index_dtype, select_rows
+from adaptemb.codes.graph import torch_index_dtype
+from adaptemb.errors import UnsupportedExportError
 
 
 class SparseCodes(Codes):
@@ -19,6 +22,7 @@ class SparseCodes(Codes):
     """
 
     kind = "sparse"
+    onnx_outputs = ("indices", "values")
 
     def __init__(
         self, indices: np.ndarray, values: np.ndarray, dim: int, counts: np.ndarray | None = None
@@ -105,3 +109,12 @@ class SparseCodes(Codes):
                 parts[0].dim,
             )
         return cls.from_csr(sp.vstack([p.to_csr() for p in parts]).tocsr(), parts[0].values.dtype)
+
+    @classmethod
+    def onnx_graph(cls, outputs: dict[str, Any], dim: int) -> tuple[Any, ...]:
+        return outputs["indices"].to(torch_index_dtype(dim)), outputs["values"]
+
+    def onnx_arrays(self, head_outputs: Sequence[str]) -> dict[str, np.ndarray]:
+        if self.counts is not None:
+            raise UnsupportedExportError("sparse codes with a variable count per row (ragged) cannot be exported")
+        return {"indices": self.indices, "values": self.values}

@@ -6,7 +6,7 @@
   ``EncoderExport``);
 * ``backbones``: which model (text or image), its module for export, its inputs and tokenizer;
 * ``samples``: the built-in inputs exports are checked on (``SAMPLE_TEXTS``, 16 Fashion-MNIST images);
-* ``storage``: the storage arrays of each code kind as graph outputs (``STORAGE_FORMS``, ``StorageHead``);
+* ``storage``: a head's outputs in the storage form its code kind declares (``StorageHead``);
 * ``compose``: a torch module to ONNX, and graphs joined into one;
 * ``parity``: the comparison of a graph's outputs with ``encode``'s codes, its float and quantised bars,
   and the export-and-check path (``compare_codes``, ``EncoderParity``, ``OnnxParity``, ``export_checked``);

@@ -10,7 +10,7 @@ into one graph:
   ``ImageEncoder.preprocess`` (recorded in the file's metadata);
 
 through the backbone's pooled, L2-normalised embedding and the head, to the code in its storage form
-(``adaptemb.onnx.storage.STORAGE_FORMS``). Batch and sequence axes are dynamic.
+(which each code kind declares: ``Codes.onnx_outputs``). Batch and sequence axes are dynamic.
 
 The backbone and the head are exported separately and joined (``adaptemb.onnx.compose``), so
 ``quantize="dynamic"`` can quantise the backbone alone (``adaptemb.onnx.quantize``) while the head stays
