@@ -18,6 +18,7 @@ from adaptemb.data import load_embeddings
 from adaptemb.devices import resolve_device
 from adaptemb.errors import (
     AdaptembError,
+    AdaptembWarning,
     CorruptFileError,
     DuplicateCompressorError,
     DuplicateIndexError,
@@ -25,7 +26,6 @@ from adaptemb.errors import (
     NotFittedError,
     UnknownCompressorError,
     UnsupportedExportError,
-    AdaptembWarning,
     ZeroRowsWarning,
 )
 from adaptemb.index import Index, SearchResult
@@ -56,6 +56,7 @@ from adaptemb.validation import as_matrix
 __all__ = [
     "INPUT_KINDS",
     "AdaptembError",
+    "AdaptembWarning",
     "BinaryCodes",
     "BinarySparseCodes",
     "Budgets",
@@ -88,7 +89,6 @@ __all__ = [
     "TrainingConfig",
     "UnknownCompressorError",
     "UnsupportedExportError",
-    "AdaptembWarning",
     "ZeroRowsWarning",
     "__version__",
     "as_matrix",

@@ -1,25 +1,38 @@
-"""Top-k selection over score matrices, shared by search and evaluation."""
+"""Top-k selection, one function per job, shared by the index backends, evaluation and datasets.
+
+* ``top_k``: the best columns of a numpy score block;
+* ``merge_top_k``: the best of candidate lists (per-block top-k lists, a shortlist rescored);
+* ``threshold_top_k``: ``top_k`` of wide rows by skipping chunks that cannot reach the k-th score (sparse scores);
+* ``torch_top_k``: top-k on a torch device, of one score matrix or of document blocks merged on the device;
+* ``exact_top_k``: the corpus rows with the largest inner product per query (ground truth of a dense corpus).
+
+Every numpy helper breaks ties by the lower column (document) id, so results are deterministic; ``torch.topk``
+leaves the order of ties to the device.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
+import torch
+
+TopK = tuple[np.ndarray, np.ndarray]
+"""(scores, ids), each (n, k), best first; ids int64."""
 
 
-def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` best columns of each row of ``scores`` (n, m), best first.
-
-    Returns (scores, ids), each (n, k). Ties are broken by the lower column id, so results are
-    deterministic. ``k`` must satisfy ``1 <= k <= m``.
-    """
+def top_k(scores: np.ndarray, k: int) -> TopK:
+    """The ``k`` best columns of each row of ``scores`` (n, m), best first; ``1 <= k <= m``."""
     n, m = scores.shape
     if not 1 <= k <= m:
         raise ValueError(f"k must be between 1 and {m}; got {k}")
     if k < m:
         candidates = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-        # argpartition may cut a tie at the k-th score arbitrarily: widen to all columns tied with it
+        # argpartition may cut a tie at the k-th score arbitrarily: then sort every column
         kth = np.take_along_axis(scores, candidates, axis=1).min(axis=1, keepdims=True)
         if int((scores >= kth).sum()) != n * k:
-            return _top_k_full_sort(scores, k)
+            ids = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+            return np.take_along_axis(scores, ids, axis=1), ids.astype(np.int64)
     else:
         candidates = np.broadcast_to(np.arange(m), (n, m))
     cand_scores = np.take_along_axis(scores, candidates, axis=1)
@@ -28,34 +41,81 @@ def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.take_along_axis(scores, ids, axis=1), ids.astype(np.int64)
 
 
-def _top_k_full_sort(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    ids = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    return np.take_along_axis(scores, ids, axis=1), ids.astype(np.int64)
+def merge_top_k(scores: Sequence[np.ndarray], ids: Sequence[np.ndarray], k: int) -> TopK:
+    """The ``k`` best of each row's candidates, given as blocks of (n, c_i) scores and their ids (per-block top-k
+    lists, a rescored shortlist): score descending, then id ascending."""
+    all_scores, all_ids = np.concatenate(scores, axis=1), np.concatenate(ids, axis=1)
+    order = np.lexsort((all_ids, -all_scores), axis=1)[:, :k]
+    return np.take_along_axis(all_scores, order, axis=1), np.take_along_axis(all_ids, order, axis=1).astype(np.int64)
+
+
+def threshold_top_k(scores: np.ndarray, k: int, chunk: int = 1024) -> TopK:
+    """``top_k`` of a wide (b, n) score matrix, much faster than a full partition (e.g. sparse codes' scores).
+
+    Each row is cut into chunks of ``chunk`` columns. The k-th largest chunk maximum is a lower bound on
+    the row's k-th best score, so only chunks whose maximum reaches it can hold top-k entries; only
+    those few chunks are scanned and their candidates sorted exactly (ties: the lower column id).
+    """
+    b, n = scores.shape
+    if n // chunk < 4 * k:
+        return top_k(scores, k)
+    whole = n // chunk * chunk
+    blocks = scores[:, :whole].reshape(b, -1, chunk)
+    maxima = blocks.max(axis=2)
+    if whole < n:  # the ragged tail is one more (shorter) chunk
+        maxima = np.concatenate([maxima, scores[:, whole:].max(axis=1, keepdims=True)], axis=1)
+    bound = np.partition(maxima, maxima.shape[1] - k, axis=1)[:, maxima.shape[1] - k]
+    rows, chunks = np.nonzero(maxima >= bound[:, None])
+    if len(rows) * chunk > n * b // 8:  # flat rows (e.g. many zeros): the filter does not pay off
+        return top_k(scores, k)
+    full = chunks < blocks.shape[1]
+    picked = blocks[rows[full], chunks[full]]  # (m, chunk)
+    hit_r, hit_c = np.nonzero(picked >= bound[rows[full]][:, None])
+    cand_rows = [rows[full][hit_r]]
+    cand_cols = [chunks[full][hit_r] * chunk + hit_c]
+    for r in rows[~full]:
+        tail = np.flatnonzero(scores[r, whole:] >= bound[r]) + whole
+        cand_rows.append(np.full(len(tail), r)), cand_cols.append(tail)
+    cand_r, cand_c = np.concatenate(cand_rows), np.concatenate(cand_cols)
+    cand = scores[cand_r, cand_c]
+    order = np.lexsort((cand_c, -cand, cand_r))
+    counts = np.bincount(cand_r, minlength=b)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    pick = order[starts[:, None] + np.arange(k)]
+    return cand[pick], cand_c[pick].astype(np.int64)
+
+
+def torch_top_k(scores: torch.Tensor | Callable[[int, int], torch.Tensor], k: int, *, n: int = 0,
+                block_rows: int = 0) -> TopK:
+    """Top-``k`` on a torch device, returned as numpy (scores float32, ids int64).
+
+    ``scores`` is a (queries, documents) tensor, or a function giving the scores of documents ``start:stop``
+    for the ``n`` documents scored in blocks of ``block_rows`` (at least ``k``), merged on the device.
+    """
+    if isinstance(scores, torch.Tensor):
+        values, ids = torch.topk(scores, k, dim=1)
+        return values.float().cpu().numpy(), ids.cpu().numpy().astype(np.int64)
+    block_rows = max(block_rows, k)
+    best_values: torch.Tensor | None = None
+    best_ids: torch.Tensor | None = None
+    for start in range(0, n, block_rows):
+        block = scores(start, min(start + block_rows, n))
+        values, ids = torch.topk(block, min(k, block.shape[1]), dim=1)
+        ids = ids + start
+        if best_values is not None:
+            values, pos = torch.topk(torch.cat([best_values, values], dim=1), k, dim=1)
+            ids = torch.gather(torch.cat([best_ids, ids], dim=1), 1, pos)
+        best_values, best_ids = values, ids
+    assert best_values is not None and best_ids is not None, "no documents"
+    return best_values.float().cpu().numpy(), best_ids.cpu().numpy().astype(np.int64)
 
 
 def exact_top_k(queries: np.ndarray, corpus: np.ndarray, k: int, chunk: int = 16384) -> np.ndarray:
     """(q, k) corpus rows with the largest inner product per query, best first (ties: lower row first)."""
     k = min(k, len(corpus))
-    best_scores = np.zeros((len(queries), 0), dtype=np.float32)
-    best_rows = np.zeros((len(queries), 0), dtype=np.int64)
+    best: TopK = (np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64))
     for start in range(0, len(corpus), chunk):
-        scores = queries @ corpus[start : start + chunk].T
-        rows = np.broadcast_to(np.arange(start, start + scores.shape[1]), scores.shape)
-        scores, rows = _best_k(scores, rows, k)
-        best_scores, best_rows = _best_k(
-            np.concatenate([best_scores, scores], axis=1), np.concatenate([best_rows, rows], axis=1), k
-        )
-    return best_rows
-
-
-def _best_k(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` best (score, row) pairs of each line, sorted; every tie at the cut is considered."""
-    k = min(k, scores.shape[1])
-    kth = np.partition(scores, scores.shape[1] - k, axis=1)[:, scores.shape[1] - k]
-    line, col = np.nonzero(scores >= kth[:, None])
-    score, row = scores[line, col], rows[line, col]
-    order = np.lexsort((row, -score, line))
-    line, score, row = line[order], score[order], row[order]
-    rank = np.arange(len(line)) - np.searchsorted(line, line)
-    keep = rank < k
-    return score[keep].reshape(-1, k), row[keep].reshape(-1, k)
+        block = queries @ corpus[start : start + chunk].T
+        scores, rows = top_k(block, min(k, block.shape[1]))
+        best = merge_top_k([best[0], scores], [best[1], rows + start], k)
+    return best[1]

@@ -38,7 +38,7 @@ from adaptemb.evaluate.metrics import (
     neighbour_recall_at_k,
     one_nn_accuracy,
 )
-from adaptemb.evaluate.recommend import MethodSizes, recommend, row_label
+from adaptemb.evaluate.recommend import MethodSizes, recommend
 from adaptemb.evaluate.scale import ScaleConfig, run_scale
 from adaptemb.index import FunnelIndex
 from adaptemb.index.bound import CompressedIndex

@@ -7,12 +7,13 @@ codes. ``adaptemb.build_index(doc_codes, query_kind=...)`` builds a backend from
 Every index answers ``search(queries, top_k) -> (scores, ids)``, exact and batched over queries.
 """
 
-from adaptemb.index.base import Index, SearchResult, threshold_top_k
+from adaptemb.index.base import Index, SearchResult
 from adaptemb.index.brute import ScoreIndex
 from adaptemb.index.dense import DenseIndex, faiss_gpu_available
 from adaptemb.index.funnel import FunnelIndex, rerank
 from adaptemb.index.quantized import BinaryIndex, Int8Index
 from adaptemb.index.sparse import SparseIndex
+from adaptemb.ranking import threshold_top_k
 
 __all__ = [
     "BinaryIndex",

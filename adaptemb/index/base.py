@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
 
 from adaptemb.codes import Codes
 from adaptemb.devices import resolve_device
-from adaptemb.ranking import top_k as exact_top_k
+from adaptemb.ranking import TopK
 
-SearchResult = tuple[np.ndarray, np.ndarray]
+SearchResult = TopK
 """(scores, ids), each (n_queries, top_k), best first; scores are the code kind's similarity."""
 
 SCORE_BUFFER_BYTES = 256 * 2**20
@@ -102,77 +100,3 @@ class Index(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self._n}, dim={self.dim}, device={self.device!r}, backend={self.backend!r})"
-
-
-def merge_top_k(scores: list[np.ndarray], ids: list[np.ndarray], k: int) -> SearchResult:
-    """Merge per-block (scores, ids) lists into the overall top ``k``; ties go to the lower id."""
-    all_scores, all_ids = np.concatenate(scores, axis=1), np.concatenate(ids, axis=1)
-    return sort_candidates(all_scores, all_ids, k)
-
-
-def sort_candidates(scores: np.ndarray, ids: np.ndarray, k: int) -> SearchResult:
-    """Order each row's candidates by score (desc) then id (asc) and keep the first ``k``."""
-    order = np.lexsort((ids, -scores), axis=1)[:, :k]
-    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1).astype(np.int64)
-
-
-def threshold_top_k(scores: np.ndarray, k: int, chunk: int = 1024) -> SearchResult:
-    """Exact top-``k`` of each row of a wide (b, n) score matrix, much faster than a full partition.
-
-    Each row is cut into chunks of ``chunk`` columns. The k-th largest chunk maximum is a lower bound on
-    the row's k-th best score, so only chunks whose maximum reaches it can hold top-k entries; only
-    those few chunks are scanned and their candidates sorted exactly. Ties go to the lower column id,
-    as in ``adaptemb.ranking.top_k``.
-    """
-    b, n = scores.shape
-    if n // chunk < 4 * k:
-        return exact_top_k(scores, k)
-    whole = n // chunk * chunk
-    blocks = scores[:, :whole].reshape(b, -1, chunk)
-    maxima = blocks.max(axis=2)
-    if whole < n:  # the ragged tail is one more (shorter) chunk
-        maxima = np.concatenate([maxima, scores[:, whole:].max(axis=1, keepdims=True)], axis=1)
-    bound = np.partition(maxima, maxima.shape[1] - k, axis=1)[:, maxima.shape[1] - k]
-    rows, chunks = np.nonzero(maxima >= bound[:, None])
-    if len(rows) * chunk > n * b // 8:  # flat rows (e.g. many zeros): the filter does not pay off
-        return exact_top_k(scores, k)
-    full = chunks < blocks.shape[1]
-    picked = blocks[rows[full], chunks[full]]  # (m, chunk)
-    hit_r, hit_c = np.nonzero(picked >= bound[rows[full]][:, None])
-    cand_rows = [rows[full][hit_r]]
-    cand_cols = [chunks[full][hit_r] * chunk + hit_c]
-    for r in rows[~full]:
-        tail = np.flatnonzero(scores[r, whole:] >= bound[r]) + whole
-        cand_rows.append(np.full(len(tail), r)), cand_cols.append(tail)
-    cand_r, cand_c = np.concatenate(cand_rows), np.concatenate(cand_cols)
-    cand = scores[cand_r, cand_c]
-    order = np.lexsort((cand_c, -cand, cand_r))
-    counts = np.bincount(cand_r, minlength=b)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    pick = order[starts[:, None] + np.arange(k)]
-    return cand[pick], cand_c[pick].astype(np.int64)
-
-
-def torch_top_k(scores: torch.Tensor, k: int) -> SearchResult:
-    """Top-``k`` of a torch score matrix on its device, returned as numpy (scores float32, ids int64)."""
-    values, ids = torch.topk(scores, k, dim=1)
-    return values.float().cpu().numpy(), ids.cpu().numpy().astype(np.int64)
-
-
-def torch_blockwise_top_k(
-    n: int, k: int, block_scores: Callable[[int, int], torch.Tensor], block_rows: int
-) -> SearchResult:
-    """Top-``k`` over ``n`` documents scored block by block on a torch device, merged on the device."""
-    block_rows = max(block_rows, k)
-    best_values: torch.Tensor | None = None
-    best_ids: torch.Tensor | None = None
-    for start in range(0, n, block_rows):
-        scores = block_scores(start, min(start + block_rows, n))
-        values, ids = torch.topk(scores, min(k, scores.shape[1]), dim=1)
-        ids = ids + start
-        if best_values is not None:
-            values, pos = torch.topk(torch.cat([best_values, values], dim=1), k, dim=1)
-            ids = torch.gather(torch.cat([best_ids, ids], dim=1), 1, pos)
-        best_values, best_ids = values, ids
-    assert best_values is not None and best_ids is not None
-    return best_values.float().cpu().numpy(), best_ids.cpu().numpy().astype(np.int64)

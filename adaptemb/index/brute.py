@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from adaptemb import ranking
 from adaptemb.codes import Codes
-from adaptemb.index.base import SearchResult, merge_top_k, rows_per_block
-from adaptemb.ranking import top_k as exact_top_k
+from adaptemb.index.base import SearchResult, rows_per_block
 
 
 class ScoreIndex:
@@ -36,8 +36,8 @@ class ScoreIndex:
             scores, ids = [], []
             for start in range(0, len(self.docs), block):
                 part = np.asarray(self.score(q, self.docs[start : start + block]), dtype=np.float32)
-                s, i = exact_top_k(part, min(top_k, part.shape[1]))
+                s, i = ranking.top_k(part, min(top_k, part.shape[1]))
                 scores.append(s), ids.append(i + start)
-            s, i = merge_top_k(scores, ids, top_k)
+            s, i = ranking.merge_top_k(scores, ids, top_k)
             out_scores.append(s), out_ids.append(i)
         return np.concatenate(out_scores), np.concatenate(out_ids)

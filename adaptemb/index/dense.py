@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from adaptemb.codes import Codes, DenseCodes
-from adaptemb.index.base import Index, SearchResult, rows_per_block, torch_blockwise_top_k
+from adaptemb.index.base import Index, SearchResult, rows_per_block
+from adaptemb.ranking import torch_top_k
 
 
 def faiss_gpu_available() -> bool:
@@ -81,9 +82,7 @@ class DenseIndex(Index):
             return scores, ids.astype(np.int64)
         q = torch.from_numpy(dense_matrix(queries.values)).to(self.device, dtype=self._docs.dtype)
         block = rows_per_block(4 * len(q), cap=len(self))
-        return torch_blockwise_top_k(
-            len(self), top_k, lambda s, e: (q @ self._docs[s:e].T).float(), block
-        )
+        return torch_top_k(lambda s, e: (q @ self._docs[s:e].T).float(), top_k, n=len(self), block_rows=block)
 
 
 def _gpu_id(device: str) -> int:

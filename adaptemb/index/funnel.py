@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from adaptemb.codes import Codes
-from adaptemb.index.base import Index, SearchResult, sort_candidates
+from adaptemb.index.base import Index, SearchResult
+from adaptemb.ranking import merge_top_k
 
 _RERANK_QUERY_BLOCK = 256
 
@@ -33,7 +34,7 @@ def rerank(queries: np.ndarray, docs: np.ndarray | Codes, candidates: np.ndarray
         rows = docs[flat] if isinstance(docs, np.ndarray) else docs[flat].to_dense()
         rows = np.asarray(rows, dtype=np.float32).reshape(*block.shape, -1)
         scores[start : start + len(block)] = np.einsum("qd,qsd->qs", queries[start : start + len(block)], rows)
-    return sort_candidates(scores, candidates, min(top_k, candidates.shape[1]))
+    return merge_top_k([scores], [candidates], min(top_k, candidates.shape[1]))
 
 
 class FunnelIndex:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from adaptemb.ranking import merge_top_k
 from adaptemb.threads import fixed_threads
 
 BLOCK_ROWS = 65536
@@ -157,14 +158,7 @@ def search_projected(
                         docs.indptr, docs.indices, docs.values, docs.scale, top_k, scores, ids)
     if ranges == 1:
         return scores[0, :b], ids[0, :b]
-    return merge_ranges(scores[:, :b], ids[:, :b], top_k)
-
-
-def merge_ranges(scores: np.ndarray, ids: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Merge (ranges, b, k) per-range top-k lists into one (b, top_k): score descending, then id ascending."""
-    all_scores, all_ids = np.concatenate(list(scores), axis=1), np.concatenate(list(ids), axis=1)
-    order = np.lexsort((all_ids, -all_scores), axis=1)[:, :top_k]
-    return np.take_along_axis(all_scores, order, axis=1), np.take_along_axis(all_ids, order, axis=1)
+    return merge_top_k(list(scores[:, :b]), list(ids[:, :b]), top_k)
 
 
 def _check_top_k(n: int, top_k: int) -> None:

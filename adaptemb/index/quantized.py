@@ -8,9 +8,9 @@ import faiss
 import numpy as np
 import torch
 
+from adaptemb import ranking
 from adaptemb.codes import BinaryCodes, Codes, QuantizedCodes
-from adaptemb.index.base import Index, SearchResult, merge_top_k, rows_per_block, torch_blockwise_top_k
-from adaptemb.ranking import top_k as exact_top_k
+from adaptemb.index.base import Index, SearchResult, rows_per_block
 
 Backend = Literal["auto", "faiss", "numpy", "torch"]
 _BITS = torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8)  # np.packbits order: MSB first
@@ -66,7 +66,7 @@ class BinaryIndex(Index):
             return (self.dim - 2.0 * hamming).astype(np.float32), ids.astype(np.int64)
         q = self._signs(torch.from_numpy(queries.packed).to(self.device))
         block = rows_per_block(4 * len(q) + 2 * self.dim, cap=len(self))
-        return torch_blockwise_top_k(len(self), top_k, lambda s, e: (q @ self._signs(self._packed[s:e]).T).float(), block)
+        return ranking.torch_top_k(lambda s, e: (q @ self._signs(self._packed[s:e]).T).float(), top_k, n=len(self), block_rows=block)
 
 
 class Int8Index(Index):
@@ -107,10 +107,10 @@ class Int8Index(Index):
         if self._engine == "torch":
             w = torch.from_numpy(weights).to(self.device)
             b = torch.from_numpy(bias).to(self.device)[:, None]
-            return torch_blockwise_top_k(len(self), top_k, lambda s, e: b + w @ self._codes[s:e].float().T, block)
+            return ranking.torch_top_k(lambda s, e: b + w @ self._codes[s:e].float().T, top_k, n=len(self), block_rows=block)
         scores, ids = [], []
         for start in range(0, len(self), block):
             part = bias[:, None] + weights @ self._codes[start : start + block].astype(np.float32).T
-            s, i = exact_top_k(part, min(top_k, part.shape[1]))
+            s, i = ranking.top_k(part, min(top_k, part.shape[1]))
             scores.append(s), ids.append(i + start)
-        return merge_top_k(scores, ids, top_k)
+        return ranking.merge_top_k(scores, ids, top_k)

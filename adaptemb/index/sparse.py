@@ -25,7 +25,7 @@ import scipy.sparse as sp
 import torch
 
 from adaptemb.codes import BinarySparseCodes, Codes, ProjectedQueries, SparseCodes
-from adaptemb.index.base import Index, SearchResult, rows_per_block, threshold_top_k, torch_top_k
+from adaptemb.index.base import Index, SearchResult, rows_per_block
 from adaptemb.index.postings import (
     BlockedPostings,
     ForwardCodes,
@@ -33,6 +33,7 @@ from adaptemb.index.postings import (
     search_projected,
     search_sparse,
 )
+from adaptemb.ranking import threshold_top_k, torch_top_k
 
 SparseBackend = Literal["auto", "numba", "scipy", "torch"]
 ENGINES = ("auto", "numba", "scipy", "torch")
