@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from adaptemb import Budgets, CompressorConfig, CompressorRegistry, IndexRegistry, hookimpl
+from adaptemb import Budgets, CompressorConfig, CompressorRegistry, IndexRegistry, InvalidConfigError, hookimpl
 
 from .faiss_codes import (
     METRIC,
@@ -120,7 +120,9 @@ class PQCompressor(FaissCompressor):
         if self.config.k is None:
             return max(m for m in valid if m <= max(1, dim // 12))
         if self.config.k not in valid:
-            raise ValueError(f"k={self.config.k} sub-quantisers must divide d={dim}; valid k: {', '.join(map(str, valid))}")
+            raise InvalidConfigError(
+                f"k={self.config.k} sub-quantisers must divide d={dim}; valid k: {', '.join(map(str, valid))}",
+                parameter="k", value=self.config.k, valid=", ".join(map(str, valid)))
         return self.config.k
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
@@ -128,8 +130,10 @@ class PQCompressor(FaissCompressor):
         m = self.sub_quantizers(d)
         ksub = 2**self.config.nbits
         if len(x) < ksub:
-            raise ValueError(f"{self.name} with nbits={self.config.nbits} trains {ksub} centroids per sub-quantiser "
-                             f"and needs at least {ksub} rows; got {len(x)} (lower nbits or pass more rows)")
+            raise InvalidConfigError(
+                f"{self.name} with nbits={self.config.nbits} trains {ksub} centroids per sub-quantiser "
+                f"and needs at least {ksub} rows; got {len(x)} (lower nbits or pass more rows)",
+                parameter="nbits", value=self.config.nbits, valid=f"nbits <= {max(1, len(x).bit_length() - 1)}")
         if self.rotate and len(x) < d:  # faiss' OPQMatrix.train sizes a d x d buffer by n x d: fewer rows overrun it
             raise ValueError(f"{self.name} trains a {d} x {d} rotation and needs at least d = {d} rows; got {len(x)}")
         index = faiss.index_factory(d, self.factory_string(d), METRIC)

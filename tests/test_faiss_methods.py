@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import adaptemb
-from adaptemb.errors import CorruptFileError
+from adaptemb.errors import CorruptFileError, InvalidConfigError
 
 DOCS, QUERIES = 1000, 100
 
@@ -182,14 +182,14 @@ def test_damaged_tables_are_refused(real: tuple[np.ndarray, np.ndarray], tmp_pat
 def test_budgets_say_what_is_valid(real: tuple[np.ndarray, np.ndarray]) -> None:
     docs, _ = real
     d = docs.shape[1]
-    with pytest.raises(ValueError, match=r"k=10 sub-quantisers must divide d=384; valid k: 1, 2, 3, 4, 6, 8, 12, 16"):
+    with pytest.raises(InvalidConfigError, match=r"k=10 sub-quantisers must divide d=384; valid k: 1, 2, 3, 4, 6, 8, 12, 16"):
         adaptemb.fit(docs[:300], "pq", k=10)
     pq = adaptemb.fit(docs[:300], "pq", k=4)
     budgets = pq.budgets()
     assert (budgets.low, budgets.high, budgets.per_fit, budgets.bounds_active) == (4, 4, True, False)
     with pytest.raises(ValueError, match="fitted for k=4 only; got k=8: fit another pq with k=8"):
         pq.encode(docs[:2], k=8)
-    with pytest.raises(ValueError, match="needs at least 256 rows; got 100"):
+    with pytest.raises(InvalidConfigError, match="needs at least 256 rows; got 100"):
         adaptemb.fit(docs[:100], "pq", k=4)
     assert pq.budget_for_bytes(32) == 32 and pq.budget_for_bytes(40) == 32 and pq.budget_for_bytes(0.5) is None
     sq = adaptemb.fit(docs[:300], "sq")
