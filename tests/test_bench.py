@@ -323,3 +323,16 @@ def test_with_a_scale_study_the_recommendation_ranks_the_scale_rows(tmp_path: Pa
     assert any(n.startswith("recommendation: from the scale study's rows at 2,000 rows") for n in result.notes)
     plain = run_bench(data, BenchConfig(methods=["svd"], bytes=[16], device="cpu", rounds=1, warmup=0, batch_size=16))
     assert plain.recommendation_rows == "corpus" and plain.corpus_recommendation == []
+
+
+def test_bench_output_fits_100_columns_and_wide_shows_every_column(tmp_path: Path) -> None:
+    np.savez(tmp_path / "tiny.npz", **_arrays())
+    args = ["bench", "--data", str(tmp_path / "tiny.npz"), "--methods", "svd", "--budgets", "8", "--rounds", "1",
+            "--warmup", "0", "--batch-size", "32", "--device", "cpu"]
+    compact = runner.invoke(app, [*args, "--out", str(tmp_path / "a")], env={"COLUMNS": "100"})
+    assert compact.exit_code == 0, compact.output
+    assert "…" not in compact.output and "NDCG@10" in compact.output
+    assert "variant" not in compact.output  # the compact table folds the variant into the method
+    wide = runner.invoke(app, [*args, "--wide", "--out", str(tmp_path / "b")], env={"COLUMNS": "260"})
+    assert wide.exit_code == 0, wide.output
+    assert "variant" in wide.output and "…" not in wide.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -84,6 +85,8 @@ def bench_command(
     param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", help="A method parameter as METHOD.NAME=VALUE (repeatable), e.g. -p csr.epochs=5.")] = None,
     quiet: Annotated[bool, flag("quiet", "Only the final table (no progress).", "-q")] = False,
+    wide: Annotated[bool, flag("wide", "Every column, one line per row (needs about 160 columns); "
+                                       "by default a compact table that fits 100.")] = False,
 ) -> None:
     """Benchmark compression methods on a dataset: NDCG@10, recall, MRR, 1-NN, bytes/vector, latency."""
     from adaptemb.datasets import load_dataset
@@ -114,13 +117,14 @@ def bench_command(
                          device=device.value, rerank=rerank,
                          shortlist=shortlist, seed=seed, rounds=rounds, warmup=warmup, batch_size=batch_size,
                          method_params=method_params(param or []), fit_progress=not quiet, scale=scale_config)
-    progress = (lambda msg: console.print(f"[dim]… {msg}[/dim]"))
+    progress = (lambda msg: console.print(f"[dim]- {msg}[/dim]"))
     progress(f"loading dataset {data}")
     with warnings.catch_warnings():  # ignored extra arrays become a note of the report instead
         warnings.simplefilter("ignore", UserWarning)
         dataset = load_dataset(data, seed=seed, progress=not quiet)
     result = run_bench(dataset, config, progress=progress)
     files = write_report(result, out)
-    stdout = Console(width=None if sys.stdout.isatty() else 220)  # piped output: do not squeeze the table
-    print_table(result, stdout)
+    # piped output without COLUMNS: do not squeeze the table
+    stdout = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 220)
+    print_table(result, stdout, wide=wide)
     stdout.print(f"wrote {', '.join(str(p) for p in files.values())}")
