@@ -1,0 +1,235 @@
+"""``tq``: faiss' TurboQuant-MSE scalar codes behind a PCA and a random rotation (factory ``PCAR{m},SQtqmse{b}``).
+
+The budget ``k`` is bytes per vector. At ``b`` bits per dimension (config ``bits``, default 1) a budget of
+B bytes keeps m = 8 B / b dimensions: faiss' PCA to m dims followed by its random m x m rotation
+(``PCAR{m}``), then each rotated coordinate quantised to 2^b Lloyd-Max levels that depend only on m and b
+(faiss' TurboQuant-MSE codebook, ``SQtqmse{b}``; no per-vector factors). Where m reaches the full dimension
+d the PCA is dropped for faiss' random d x d rotation (``RR,SQtqmse{b}``, d b / 8 bytes). Queries stay
+float: faiss transforms them like the documents and scores the inner product with the reconstructed
+coordinates, and so does ``score``.
+
+One fit serves every budget: faiss' PCA is trained once at full rank, and each budget's ``PCAR{m}``
+matrix is faiss' own ``prepare_Ab`` on it, identical to what ``index_factory(d, "PCAR{m},...")`` trains.
+benchmarks/tq_parity.py measured 1 bit on 8 B dims against 2 bits on 4 B dims: 1 bit is better at 8 to 64 B.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import faiss
+import numpy as np
+import torch
+from pydantic import Field
+
+from adaptemb import Budgets, CompressorConfig, CompressorRegistry, IndexRegistry, InvalidConfigError, hookimpl
+
+from .faiss_codes import METRIC, FaissCodes, FaissCodesIndex, FaissCompressor, faiss_threads, scalar, table
+
+FAISS_NEEDED = "1.14.2"
+"""The first faiss with TurboQuant-MSE scalar codes (``SQtqmse``), as issue 29 reports; tested with 1.15.1."""
+QTYPE_NAMES = {1: "QT_1bit_tqmse", 2: "QT_2bit_tqmse", 3: "QT_3bit_tqmse", 4: "QT_4bit_tqmse", 8: "QT_8bit_tqmse"}
+_FAISS_ROTATION_SEED = 12345  # faiss' RandomRotationMatrix seed in "RR,..." factory strings
+_SCORE_ROWS = 4096  # documents decoded at a time in score()
+
+
+def has_tqmse() -> bool:
+    """True when the installed faiss has TurboQuant-MSE scalar codes (``SQtqmse{b}``)."""
+    return all(hasattr(faiss.ScalarQuantizer, name) for name in QTYPE_NAMES.values())
+
+
+def require_tqmse() -> None:
+    """Raise ``ImportError`` naming the faiss version ``tq`` needs when the installed one lacks ``SQtqmse``."""
+    if not has_tqmse():
+        raise ImportError(f"tq needs faiss >= {FAISS_NEEDED}, whose scalar quantiser has TurboQuant-MSE codes "
+                          f"(SQtqmse); the installed faiss {faiss.__version__} has none: pip install -U 'faiss-cpu>="
+                          f"{FAISS_NEEDED}'")
+
+
+def kept_dims(nbytes: int, bits: int, dim: int) -> int:
+    """Dimensions a code of ``nbytes`` bytes holds at ``bits`` bits each, at most ``dim``."""
+    return min(dim, 8 * nbytes // bits)
+
+
+def full_code_bytes(dim: int, bits: int) -> int:
+    """Bytes per vector of the full-dimension code (``RR,SQtqmse{bits}``): the largest budget."""
+    return -(-dim * bits // 8)
+
+
+def factory_string(dim: int, nbytes: int, bits: int) -> str:
+    """The faiss factory string of a ``nbytes``-byte code: ``PCAR{m},SQtqmse{bits}``, or ``RR,SQtqmse{bits}``
+    where m reaches ``dim``."""
+    m = kept_dims(nbytes, bits, dim)
+    return f"RR,SQtqmse{bits}" if m == dim else f"PCAR{m},SQtqmse{bits}"
+
+
+def scalar_quantizer(dims: int, bits: int) -> faiss.IndexScalarQuantizer:
+    """faiss' TurboQuant-MSE scalar quantiser over ``dims`` dims, untrained."""
+    if bits not in QTYPE_NAMES:
+        raise ValueError(f"tq_bits must be one of {sorted(QTYPE_NAMES)}; got {bits}")
+    return faiss.IndexScalarQuantizer(dims, getattr(faiss.ScalarQuantizer, QTYPE_NAMES[bits]), METRIC)
+
+
+class TQCodes(FaissCodes):
+    """faiss TurboQuant-MSE codes of m transformed dims: ``ceil(m * bits / 8)`` bytes per row; tables
+    ``tq_matrix`` (m, d) float32 (y = A x + b, orthonormal rows), ``tq_bias`` (m,) float32 (the PCA's; absent
+    behind the full-dimension rotation), ``tq_levels`` float32 (faiss' codebook for m and bits: its
+    ``sq.trained``) and ``tq_bits`` (1,) uint8."""
+
+    kind = "tq"
+    table_names = ("tq_matrix", "tq_levels", "tq_bits")
+    optional_tables = ("tq_bias",)
+
+    @classmethod
+    def build_faiss(cls, tables: dict[str, np.ndarray], dim: int) -> faiss.Index:
+        require_tqmse()
+        matrix = table(tables, "tq_matrix")
+        if matrix.ndim != 2 or matrix.shape[1] != dim or not 1 <= matrix.shape[0] <= dim:
+            raise ValueError(f"table 'tq_matrix' must be (m, {dim}) with 1 <= m <= {dim}; got {matrix.shape}")
+        m, bits = matrix.shape[0], scalar(tables, "tq_bits")
+        quantizer = scalar_quantizer(m, bits)
+        faiss.copy_array_to_vector(table(tables, "tq_levels", (2 ** (bits + 1) - 1,)), quantizer.sq.trained)
+        quantizer.is_trained = True
+        bias = tables.get("tq_bias")
+        transform = faiss.LinearTransform(dim, m, bias is not None)
+        faiss.copy_array_to_vector(matrix.ravel(), transform.A)
+        if bias is not None:
+            faiss.copy_array_to_vector(table(tables, "tq_bias", (m,)), transform.b)
+        transform.is_trained = True
+        transform.set_is_orthonormal()  # the decoder (sa_decode) needs it
+        if not transform.is_orthonormal:
+            raise ValueError("table 'tq_matrix' does not have orthonormal rows")
+        wrapped = faiss.IndexPreTransform(transform, quantizer)
+        wrapped.referenced_objects = [transform, quantizer]  # keep the Python owners alive with the wrapper
+        return wrapped
+
+    def query_scores(self, queries: np.ndarray, **search: Any) -> np.ndarray:
+        """faiss' scores: the transformed queries against the decoded m-dim codes, blockwise."""
+        transformed = self._faiss.chain.at(0).apply(np.ascontiguousarray(queries))
+        quantizer = faiss.downcast_index(self._faiss.index)
+        out = np.empty((len(queries), len(self)), dtype=np.float32)
+        for start in range(0, len(self), _SCORE_ROWS):
+            block = quantizer.sa_decode(np.ascontiguousarray(self.codes[start : start + _SCORE_ROWS]))
+            out[:, start : start + len(block)] = transformed @ block.T
+        return out
+
+
+def trained_levels(dims: int, bits: int) -> np.ndarray:
+    """faiss' TurboQuant-MSE table (``sq.trained``: 2^bits levels, 2^bits - 1 boundaries) for ``dims`` dims at
+    ``bits``; it depends on nothing else, so it is trained on one zero row."""
+    quantizer = scalar_quantizer(dims, bits)
+    quantizer.train(np.zeros((1, dims), np.float32))
+    return faiss.vector_to_array(quantizer.sq.trained).astype(np.float32)
+
+
+class TQConfig(CompressorConfig):
+    k: int | None = Field(
+        None, ge=1, description="Default bytes per vector. None: d / 12 (32 at d = 384, 64 at d = 768), at most the "
+        "full-dimension code (d * bits / 8).")
+    bits: Literal[1, 2, 3, 4, 8] = Field(
+        1, description="Bits per kept dimension (faiss' SQtqmse{bits}); a budget of B bytes keeps 8 B / bits dims.")
+
+
+class TQCompressor(FaissCompressor):
+    """faiss TurboQuant-MSE codes (``PCAR{m},SQtqmse{b}``): PCA + random rotation, b bits per kept dim."""
+
+    name = "tq"
+    Config = TQConfig
+    budget_help = "bytes per vector B (8 B / bits dims kept, up to d * bits / 8: the full dimension); one fit serves all"
+    doc_kind = "tq"
+    codes_class = TQCodes
+    test_params: ClassVar[dict[str, Any]] = {}
+    config: TQConfig
+
+    def __init__(self, config: Any = None, **params: Any) -> None:
+        require_tqmse()
+        super().__init__(config, **params)
+        self._tables: dict[int, dict[str, np.ndarray]] = {}
+
+    def factory_string(self, k: int | None = None) -> str:
+        """The faiss factory string of budget ``k`` (default: the default budget), e.g. ``"PCAR256,SQtqmse1"``."""
+        assert self.dim is not None
+        return factory_string(self.dim, self.budgets().resolve(k, self.name), self.config.bits)
+
+    def _fit(self, x: torch.Tensor, **supervision: object) -> None:
+        d = x.shape[1]
+        high = full_code_bytes(d, self.config.bits)
+        if self.config.k is not None and self.config.k > high:
+            raise InvalidConfigError(
+                f"tq's k={self.config.k} bytes exceeds its full-dimension code at bits={self.config.bits} ({high} B "
+                f"at d = {d})", parameter="k", value=self.config.k, valid=f"1..{high}")
+        pca = faiss.PCAMatrix(d, d, 0, True)  # full rank: every budget's PCAR{m} is built from it (tables)
+        # one thread: faiss' covariance (BLAS) changes in its last bits with the thread count, which flips
+        # eigenvectors' signs and so the rotated codes; one thread makes the fit independent of the machine
+        with faiss_threads(1):
+            pca.train(np.ascontiguousarray(x.numpy()))
+        rotation = faiss.RandomRotationMatrix(d, d)
+        rotation.init(_FAISS_ROTATION_SEED + self.config.seed)
+        self._pca = torch.from_numpy(faiss.vector_to_array(pca.PCAMat).reshape(d, d))
+        self._mean = torch.from_numpy(faiss.vector_to_array(pca.mean))
+        self._rotation = torch.from_numpy(faiss.vector_to_array(rotation.A).reshape(d, d))
+        self._reset_encoders()
+
+    def _reset_encoders(self) -> None:
+        super()._reset_encoders()
+        self._tables = {}
+
+    def tables(self, k: int) -> dict[str, np.ndarray]:
+        if k not in self._tables:
+            d, bits = self._pca.shape[0], self.config.bits
+            m = kept_dims(k, bits, d)
+            tables = {"tq_matrix": self._rotation.numpy()} if m == d else self._pca_tables(m)
+            self._tables[k] = {**tables, "tq_levels": trained_levels(m, bits), "tq_bits": np.array([bits], np.uint8)}
+        return self._tables[k]
+
+    def _pca_tables(self, m: int) -> dict[str, np.ndarray]:
+        """faiss' ``PCAR{m}`` transform (PCA to m dims, then its random m x m rotation) from the full-rank PCA."""
+        d = self._pca.shape[0]
+        pca = faiss.PCAMatrix(d, m, 0, True)
+        faiss.copy_array_to_vector(self._mean.numpy(), pca.mean)
+        faiss.copy_array_to_vector(self._pca.numpy().ravel(), pca.PCAMat)
+        pca.prepare_Ab()
+        return {"tq_matrix": faiss.vector_to_array(pca.A).reshape(m, d), "tq_bias": faiss.vector_to_array(pca.b)}
+
+    def _budgets(self) -> Budgets:
+        d = self._pca.shape[0]
+        high = full_code_bytes(d, self.config.bits)
+        default = self.config.k if self.config.k is not None else max(1, min(high, d // 12))
+        return Budgets(low=1, high=high, default=default, bounds_active=False)
+
+    def budget_for_bytes(self, nbytes: float, sample: Any = None) -> int | None:
+        """``nbytes`` rounded down, at most the full-dimension code (sizes are known: k bytes per vector)."""
+        budgets = self.budgets()
+        return min(int(nbytes), budgets.high) if nbytes >= budgets.low else None
+
+    def _state(self) -> dict[str, torch.Tensor]:
+        return {"pca_components": self._pca, "pca_mean": self._mean, "rotation": self._rotation}
+
+    def _state_shapes(self, dim: int) -> dict[str, tuple[int | str, ...]]:
+        return {"pca_components": (dim, dim), "pca_mean": (dim,), "rotation": (dim, dim)}
+
+    def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        self._pca, self._mean, self._rotation = (
+            tensors[name].float() for name in ("pca_components", "pca_mean", "rotation"))
+        d = self._mean.shape[0]
+        if self._mean.ndim != 1 or self._pca.shape != (d, d) or self._rotation.shape != (d, d):
+            raise ValueError(f"tq needs pca_components and rotation of shape (d, d) and pca_mean (d,); got "
+                             f"{tuple(self._pca.shape)}, {tuple(self._rotation.shape)}, {tuple(self._mean.shape)}")
+        self._reset_encoders()
+
+
+class TQIndex(FaissCodesIndex):
+    """faiss' search of TurboQuant-MSE codes (``IndexScalarQuantizer`` behind its PCA / rotation transform)."""
+
+    name = "faiss-tq"
+    pairs = (("dense", "tq"),)
+
+
+@hookimpl
+def register_compressors(registry: CompressorRegistry) -> None:
+    registry.add(TQCompressor)
+
+
+@hookimpl
+def register_index_backends(registry: IndexRegistry) -> None:
+    registry.add(TQIndex)
