@@ -15,9 +15,14 @@ Every per-query function takes ``ranked_ids`` (q, K) of corpus row ids, best fir
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+
+Row = dict[str, Any]
+"""One bench result row, flat and JSON-ready (method, k, variant, metrics, sizes, timings): a line of results.json's
+``rows`` / ``scale`` and of results.csv, and the unit the recommendation and the report read."""
 
 
 def _gains(ranked_ids: np.ndarray, qrels: sp.csr_matrix, k: int) -> np.ndarray:

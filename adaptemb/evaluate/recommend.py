@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-Row = dict[str, Any]
+from adaptemb.evaluate.metrics import Row
+
 METRIC = "ndcg_at_10"
 TOLERANCE = 0.01
 """Quality within this much of the best counts as equal when choosing the fastest row."""

@@ -23,8 +23,9 @@ from rich.table import Table
 
 from adaptemb.evaluate.colours import method_colours
 from adaptemb.evaluate.machine import describe
+from adaptemb.evaluate.metrics import Row
 from adaptemb.evaluate.recommend import TOLERANCE, pareto_front, row_label
-from adaptemb.evaluate.runner import BenchResult, Row
+from adaptemb.evaluate.runner import BenchResult
 from adaptemb.serialization import atomic_write
 
 # (column title, row key, format) shown in the terminal and Markdown tables

@@ -33,6 +33,7 @@ from adaptemb.devices import resolve_device
 from adaptemb.evaluate.latency import query_batch, summarize, time_rounds, time_search, timed
 from adaptemb.evaluate.machine import machine_info
 from adaptemb.evaluate.metrics import (
+    Row,
     evaluate_ranking,
     nearest_excluding_self,
     neighbour_recall_at_k,
@@ -45,7 +46,6 @@ from adaptemb.index.bound import CompressedIndex
 from adaptemb.method import Compressor
 from adaptemb.registry import build_index, get_registry
 
-Row = dict[str, Any]
 REFERENCE = "float32"
 RECOMMENDATION_BYTES = (16, 32, 64, 128)
 """The byte budgets the recommendation covers when the bench ran on ``k`` budgets rather than bytes."""

@@ -26,12 +26,11 @@ import scipy.sparse as sp
 from adaptemb.datasets import Dataset
 from adaptemb.evaluate.latency import time_search, timed
 from adaptemb.evaluate.memory import PeakMemory
-from adaptemb.evaluate.metrics import evaluate_ranking, neighbour_recall_at_k, same_top_k
+from adaptemb.evaluate.metrics import Row, evaluate_ranking, neighbour_recall_at_k, same_top_k
 from adaptemb.index import ScoreIndex
 from adaptemb.method import Compressor
 from adaptemb.progress import progress_bar
 
-Row = dict[str, Any]
 BASELINES = ("flat", "hnsw", "ivfpq")
 _ENCODE_BLOCK = 65536
 
