@@ -13,7 +13,7 @@ from adaptemb.codes import (
     SparseCodes,
     index_dtype,
 )
-from adaptemb.config import CompressorConfig
+from adaptemb.config import CompressorConfig, parse_params
 from adaptemb.data import load_embeddings
 from adaptemb.devices import resolve_device
 from adaptemb.errors import (
@@ -111,6 +111,7 @@ __all__ = [
     "load_embeddings",
     "load_index",
     "normalized_mse",
+    "parse_params",
     "principal_components",
     "read_code_shards",
     "register_plugin",

@@ -1,13 +1,16 @@
-"""``CompressorConfig``, the base of every method's configuration, and the message for parameters it refuses."""
+"""``CompressorConfig``, the base of every method's configuration, the message for parameters it refuses, and
+``parse_params``, which reads parameters written as text (``-p k=64`` on the command line, a benchmark's flags)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import pydantic
 
-from adaptemb.errors import did_you_mean
+from adaptemb.errors import InvalidConfigError, did_you_mean
 
 
 class CompressorConfig(pydantic.BaseModel):
@@ -39,3 +42,21 @@ def config_error_message(method: str, config: type[CompressorConfig], err: pydan
         else:
             problems.append(f"{field}: {item['msg']} (got {item.get('input')!r})")
     return f"invalid parameters for {method}: {'; '.join(problems)}. Valid parameters (defaults): {valid}"
+
+
+def parse_params(items: Iterable[str]) -> dict[str, Any]:
+    """``["k=64", "values=int8", "prefixes=[16,32]"]`` -> ``{"k": 64, "values": "int8", "prefixes": [16, 32]}``:
+    each value is read as JSON when it parses, else kept as text. An item without ``NAME=`` is an
+    ``InvalidConfigError``."""
+    params: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name.strip():
+            raise InvalidConfigError(f"parameter {item!r} must look like NAME=VALUE, e.g. k=64", parameter=name.strip() or None,
+                                     value=item, valid="NAME=VALUE")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        params[name.strip()] = value
+    return params

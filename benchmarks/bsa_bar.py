@@ -33,7 +33,6 @@ import numpy as np
 import torch
 
 import adaptemb
-from adaptemb.cli.models import parse_params
 from adaptemb.datasets import load_dataset
 from adaptemb.evaluate.machine import machine_info
 
@@ -87,7 +86,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     rows = load_rows(args.data)
-    overrides = parse_params(args.param)
+    overrides = adaptemb.parse_params(args.param)
     if {"h", "k"} & overrides.keys():
         raise SystemExit("h and k are fixed by the bar (h = 8 d, k = 64); -p overrides any other BSA parameter")
     label = Path(args.data).stem if args.data.endswith(".npy") else args.data

@@ -43,7 +43,6 @@ import numpy as np
 import scipy.sparse as sp
 
 import adaptemb
-from adaptemb.cli.models import parse_params
 from adaptemb.datasets import Dataset, load_dataset
 from adaptemb.evaluate import machine_info, ndcg_at_k
 from adaptemb.ranking import exact_top_k
@@ -177,7 +176,7 @@ def main() -> None:
     data = load(args.data)
     label = Path(args.data).stem if args.data.endswith((".npz", ".safetensors")) else args.data
     sweep = "nesting" if args.sweep_nesting else "stopping" if args.sweep_stopping else args.sweep
-    grid = {"nesting": NESTING_SWEEP, "stopping": STOPPING_SWEEP, True: SWEEP}.get(sweep, [parse_params(args.param)])
+    grid = {"nesting": NESTING_SWEEP, "stopping": STOPPING_SWEEP, True: SWEEP}.get(sweep, [adaptemb.parse_params(args.param)])
     if args.entries:
         grid = [grid[int(i)] for i in args.entries.split(",")]
     for seed in (int(s) for s in args.splits.split(",")):

@@ -188,3 +188,48 @@ def test_the_public_api_plugins_import_holds_no_cli_or_bench() -> None:
     """Plugins import ``adaptemb`` only (above); that package imports no command line and no evaluation."""
     modules = _modules(ROOT / "adaptemb", "adaptemb")
     assert not _imported("adaptemb", modules["adaptemb"], modules) & _within(modules, "adaptemb.cli", "adaptemb.evaluate")
+
+
+def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through the modules it imports."""
+    seen, todo = set(), [start]
+    while todo:
+        for name in graph[todo.pop()] - seen:
+            seen.add(name)
+            todo.append(name)
+    return seen
+
+
+def _graph(*packages: tuple[Path, str]) -> tuple[dict[str, Path], dict[str, set[str]]]:
+    modules = {name: path for folder, prefix in packages for name, path in _modules(folder, prefix).items()}
+    return modules, {name: _imported(name, path, modules) for name, path in modules.items()}
+
+
+def test_plugins_reach_no_command_line_and_no_evaluation() -> None:
+    """A plugin needs the library, never the command line or the bench: no plugin imports ``adaptemb.cli`` or
+    ``adaptemb.evaluate``, directly or through what it imports."""
+    modules, graph = _graph((ROOT / "adaptemb", "adaptemb"), (ROOT / "plugins", "adaptemb_plugins"))
+    forbidden = _within(modules, "adaptemb.cli", "adaptemb.evaluate")
+    plugins = _package(modules, "adaptemb_plugins") - {"adaptemb_plugins"}
+    assert {"adaptemb_plugins.cllr", "adaptemb_plugins.csr"} <= plugins and "adaptemb.cli.bench" in forbidden
+    for plugin in plugins:
+        assert not _reached(graph, plugin) & forbidden, plugin
+
+
+def test_benchmarks_use_no_command_line_module() -> None:
+    """Benchmarks are scripts over the public library: what they need of the command line (``parse_params``)
+    lives in the core; no benchmark imports ``adaptemb.cli``, directly or through what it imports."""
+    modules, graph = _graph((ROOT / "adaptemb", "adaptemb"), (ROOT / "benchmarks", "benchmarks"))
+    cli = _package(modules, "adaptemb.cli")
+    benchmarks = _package(modules, "benchmarks")
+    assert "benchmarks.cllr_bar" in benchmarks and "adaptemb.config" in _reached(graph, "benchmarks.cllr_bar")
+    for benchmark in benchmarks:
+        assert not _reached(graph, benchmark) & cli, benchmark
+
+
+def test_the_layer_checks_see_an_import_of_the_command_line(tmp_path: Path) -> None:
+    """The two checks above would catch ``from adaptemb.cli.models import parse_params`` and ``from adaptemb import cli``."""
+    for line in ("from adaptemb.cli.models import parse_params", "from adaptemb import cli", "import adaptemb.cli"):
+        (tmp_path / "script.py").write_text(f"{line}\n")
+        modules, graph = _graph((ROOT / "adaptemb", "adaptemb"), (tmp_path, "scripts"))
+        assert _reached(graph, "scripts.script") & _package(modules, "adaptemb.cli"), line

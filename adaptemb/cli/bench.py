@@ -14,6 +14,7 @@ from rich.console import Console
 from adaptemb.cli.app import app
 from adaptemb.cli.errors import friendly_errors
 from adaptemb.cli.options import Device, flag
+from adaptemb.config import parse_params
 
 DEFAULT_BUDGETS = "16,32,64,128"
 DEFAULT_BYTES = "16,32,64,128"
@@ -32,8 +33,6 @@ def parse_ints(text: str, what: str) -> list[int]:
 
 def method_params(items: list[str]) -> dict[str, dict[str, Any]]:
     """``["csr.epochs=5"]`` → ``{"csr": {"epochs": 5}}`` (values parsed as JSON when they parse)."""
-    from adaptemb.cli.models import parse_params
-
     grouped: dict[str, dict[str, Any]] = {}
     for name, value in parse_params(items).items():
         method, dot, key = name.partition(".")

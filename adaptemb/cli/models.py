@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -37,6 +36,7 @@ from adaptemb.cli.options import (
     input_options,
 )
 from adaptemb.cli.output import console, plural, print_report, write_json
+from adaptemb.config import parse_params
 from adaptemb.data import load_embeddings
 from adaptemb.progress import progress_bar
 from adaptemb.rows import RowStream
@@ -259,17 +259,3 @@ def info_command(
     console.print(f"budgets: {budgets.describe()}")
     console.print(f"config: {fitted.config.model_dump_json()}", markup=False, highlight=False)
 
-
-def parse_params(items: list[str]) -> dict[str, Any]:
-    """Turn ``NAME=VALUE`` strings into a dict; values are read as JSON when they parse, else kept as text."""
-    params: dict[str, Any] = {}
-    for item in items:
-        name, sep, raw = item.partition("=")
-        if not sep or not name.strip():
-            raise ValueError(f"parameter {item!r} must look like NAME=VALUE, e.g. k=64")
-        try:
-            value: Any = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        params[name.strip()] = value
-    return params
