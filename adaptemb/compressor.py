@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 import pydantic
@@ -78,6 +78,11 @@ class CompressorCore(ABC):
     each row keeps its own number of active dims (at most ``budgets().default``); ``k=j`` still encodes at j."""
     decodes: ClassVar[bool] = False
     """True when ``decode`` reconstructs embeddings from codes (the method implements ``_decode``)."""
+    role: ClassVar[Literal["projection", "quantizer"] | None] = None
+    """What a method can be in a composed code ``"a+b"`` (``adaptemb.compose``): a ``"projection"`` (float values
+    at a rank ``k``: the first part) or a ``"quantizer"`` (codes of the projected values: the second part)."""
+    sign_bits: ClassVar[bool] = False
+    """True for a quantiser whose codes are one sign bit per dimension: a composition rotates before it by default."""
 
     def __init__(self, config: CompressorConfig | None = None, **params: Any) -> None:
         if config is not None and params:

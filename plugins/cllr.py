@@ -42,13 +42,12 @@ from adaptemb import (
 from adaptemb_plugins.cllr_model import (
     CLLRObjective,
     Validation,
-    block_spread_order,
     measure,
-    nest_prefixes,
     optimise,
     ordered_directions,
     relative_covariance,
 )
+from adaptemb_plugins.cllr_nesting import block_spread_order, nest_prefixes
 
 _LEVELS = 127  # int8 codes lie in [-127, 127]
 _MIN_HELD_OUT = 8  # fewer held-out pairs measure nothing: no early stopping
@@ -116,6 +115,7 @@ class CLLRCompressor(Compressor):
     """Learned projection z = L(x − μ) (NCE + λ·(reconstruction + α·Ω)), prefixes ordered by strength."""
 
     name = "cllr"
+    role = "projection"
     Config = CLLRConfig
     budget_help = "code dims r, 1 <= r <= rank of the learned L (<= h = 256 by default); one fit serves every r"
     exportable = True

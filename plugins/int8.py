@@ -37,6 +37,7 @@ class Int8Compressor(Compressor):
     """int8 scalar quantisation with per-dimension ranges calibrated on the fit data."""
 
     name = "int8"
+    role = "quantizer"
     Config = Int8Config
     budget_help = "no budget: keeps all d dims at 1 byte each"
     exportable = True

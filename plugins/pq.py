@@ -98,6 +98,7 @@ class PQCompressor(FaissCompressor):
     """faiss product quantisation: M sub-quantisers of 2^nbits centroids; float queries, asymmetric scoring."""
 
     name = "pq"
+    role = "quantizer"  # opq inherits it
     Config = PQConfig
     budget_help = "sub-quantisers M (= bytes per vector at nbits 8), a divisor of d; fixed per fit (config k)"
     doc_kind = "pq"

@@ -54,6 +54,7 @@ class SQCompressor(FaissCompressor):
     """faiss scalar quantisation (``SQ4``/``SQ6``/``SQ8``) with per-dimension min/max ranges."""
 
     name = "sq"
+    role = "quantizer"
     Config = SQConfig
     budget_help = "bits per dimension: 4, 6 or 8 (d / 2, 3 d / 4 or d bytes per vector); one fit serves all"
     doc_kind = "sq"
