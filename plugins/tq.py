@@ -10,7 +10,9 @@ coordinates, and so does ``score``.
 
 One fit serves every budget: faiss' PCA is trained once at full rank, and each budget's ``PCAR{m}``
 matrix is faiss' own ``prepare_Ab`` on it, identical to what ``index_factory(d, "PCAR{m},...")`` trains.
-benchmarks/tq_parity.py measured 1 bit on 8 B dims against 2 bits on 4 B dims: 1 bit is better at 8 to 64 B.
+Why 1 bit by default (benchmarks/tq_parity.py, NDCG@10 of 1 bit on 8 B dims against 2 bits on 4 B dims): on the
+default data 0.149 / 0.187 against 0.117 / 0.167 at 16 / 32 B (and 0.199 at 48 B, the full dimension, against
+0.198 at 64 B); on the 768-d stand-in 0.145 / 0.189 / 0.199 against 0.115 / 0.156 / 0.190 at 16 / 32 / 64 B.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from adaptemb import Budgets, CompressorConfig, CompressorRegistry, IndexRegistry, InvalidConfigError, hookimpl
+from adaptemb import (
+    Budgets,
+    CompressorConfig,
+    CompressorRegistry,
+    IndexRegistry,
+    InvalidConfigError,
+    hookimpl,
+)
 
 from .faiss_codes import METRIC, FaissCodes, FaissCodesIndex, FaissCompressor, faiss_threads, scalar, table
 
@@ -188,7 +197,8 @@ class TQCompressor(FaissCompressor):
         pca = faiss.PCAMatrix(d, m, 0, True)
         faiss.copy_array_to_vector(self._mean.numpy(), pca.mean)
         faiss.copy_array_to_vector(self._pca.numpy().ravel(), pca.PCAMat)
-        pca.prepare_Ab()
+        with faiss_threads(1):  # its matrix product too: the same bits whatever the thread count
+            pca.prepare_Ab()
         return {"tq_matrix": faiss.vector_to_array(pca.A).reshape(m, d), "tq_bias": faiss.vector_to_array(pca.b)}
 
     def _budgets(self) -> Budgets:

@@ -1,0 +1,111 @@
+"""The bench's ``tq`` rows against faiss run directly with the same factory string, and 1 bit against 2 bits.
+
+Usage::
+
+    python benchmarks/tq_parity.py [--bytes 8,16,32,64] [--bits 1,2] [--data default,wordnet-768]
+                                   [--out benchmarks/results/tq_parity.json]
+
+Data: ``default`` (the shipped 8,000 x 384 WordNet task, every query) and ``wordnet-768`` (the 768-d real-text
+stand-in of ``standin768.py``: 5,000 documents and 1,000 queries, seed 0, as ``faiss_parity.py`` draws them).
+
+Per data set, bits and byte budget, three NDCG@10 numbers on the same rows, scored by ``evaluate_ranking``:
+
+* the bench: ``run_bench`` (what ``adaptemb bench --methods tq --bytes ...`` runs, ``-p tq.bits=...``), searched
+  through tq's own index;
+* faiss directly: ``faiss.index_factory(d, tq.factory_string(k))``, ``train``, ``add``, ``search``, trained on
+  one OpenMP thread as tq trains (faiss' PCA changes in its last bits with the thread count, enough to flip an
+  eigenvector's sign and so the rotated codes);
+* faiss directly on every thread (faiss' default): how far faiss' own number moves with the thread count.
+
+Bar: every bench row within 0.005 of faiss on one thread (equal to ~1e-6 is expected: the codes are faiss'
+bytes). The record (appended to ``--out``) holds every row, the fit times, the machine and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import faiss
+
+from adaptemb.datasets import Dataset, load_dataset
+from adaptemb.evaluate.machine import machine_info
+from adaptemb.evaluate.metrics import evaluate_ranking
+from adaptemb.evaluate.runner import BenchConfig, run_bench
+
+sys.path.insert(0, str(Path(__file__).parent))
+from faiss_parity import subset  # sibling benchmark modules (benchmarks/ is on sys.path)
+from records import append_record
+from standin768 import wordnet_examples_768
+
+from adaptemb_plugins.tq import factory_string
+
+BAR = 0.005
+
+
+def load(name: str) -> Dataset:
+    if name == "wordnet-768":
+        return subset(wordnet_examples_768(), 5000, 1000, seed=0)
+    return load_dataset(name, progress=False)
+
+
+def faiss_direct(spec: str, data: Dataset, threads: int) -> tuple[float, float]:
+    """NDCG@10 and fit seconds of faiss' own ``spec`` trained on ``threads`` OpenMP threads."""
+    previous = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(threads)
+    try:
+        start = time.perf_counter()
+        index = faiss.index_factory(data.dim, spec, faiss.METRIC_INNER_PRODUCT)
+        index.train(data.corpus)
+        fit_s = time.perf_counter() - start
+    finally:
+        faiss.omp_set_num_threads(previous)
+    index.add(data.corpus)
+    _, ids = index.search(data.queries, 10)
+    return evaluate_ranking(ids, data.qrels).ndcg_at_10, fit_s
+
+
+def parity_rows(data: Dataset, bits: int, byte_budgets: list[int]) -> list[dict[str, Any]]:
+    """One row per byte budget: the bench's tq row beside faiss' own numbers."""
+    config = BenchConfig(methods=["tq"], bytes=byte_budgets, device="cpu", method_params={"tq": {"bits": bits}})
+    result = run_bench(data, config, progress=lambda msg: print(f"{data.name} bits={bits}: {msg}", flush=True))
+    rows = []
+    for row in (r for r in result.rows if r["method"] == "tq"):
+        spec = factory_string(data.dim, row["k"], bits)
+        one_thread, faiss_fit_s = faiss_direct(spec, data, threads=1)
+        every_thread, _ = faiss_direct(spec, data, threads=os.cpu_count() or 1)
+        rows.append({"bits": bits, "k": row["k"], "factory": spec, "bytes_per_vector": row["bytes_per_vector"],
+                     "bench_ndcg_at_10": row["ndcg_at_10"], "faiss_ndcg_at_10": one_thread,
+                     "faiss_all_threads_ndcg_at_10": every_thread, "difference": row["ndcg_at_10"] - one_thread,
+                     "within_bar": abs(row["ndcg_at_10"] - one_thread) <= BAR, "bench_fit_s": row["fit_s"],
+                     "faiss_fit_s": faiss_fit_s, "bench_ms_per_query": row["latency_per_query_ms"],
+                     "backend": row["backend"]})
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--bytes", default="8,16,32,64")
+    parser.add_argument("--bits", default="1,2")
+    parser.add_argument("--data", default="default,wordnet-768")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "tq_parity.json")
+    args = parser.parse_args()
+    byte_budgets = [int(b) for b in args.bytes.split(",")]
+    for name in args.data.split(","):
+        data = load(name)
+        rows = [row for bits in map(int, args.bits.split(",")) for row in parity_rows(data, bits, byte_budgets)]
+        append_record(args.out, {
+            "benchmark": "tq_parity", "dataset": data.name, "docs": len(data.corpus), "queries": len(data.queries),
+            "dim": data.dim, "faiss_version": faiss.__version__, "rows": rows,
+            "bar": f"|bench - faiss (one thread)| <= {BAR}", "bar_met": all(r["within_bar"] for r in rows),
+            "load_average_after": [round(v, 2) for v in os.getloadavg()], "machine": machine_info(),
+        })
+
+
+if __name__ == "__main__":
+    main()
