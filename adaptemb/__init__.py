@@ -11,6 +11,8 @@ from adaptemb.codes import (
     ProjectedQueries,
     QuantizedCodes,
     SparseCodes,
+    blockwise_scores,
+    decoded_inner_products,
     index_dtype,
 )
 from adaptemb.config import CompressorConfig, parse_params
@@ -92,9 +94,11 @@ __all__ = [
     "ZeroRowsWarning",
     "__version__",
     "as_matrix",
+    "blockwise_scores",
     "build_index",
     "compress",
     "cosine_distance",
+    "decoded_inner_products",
     "encode_files",
     "export_encoder",
     "fit",

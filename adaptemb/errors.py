@@ -59,7 +59,8 @@ class CorruptFileError(AdaptembError, ValueError):
 
 
 class UnsupportedExportError(AdaptembError, NotImplementedError):
-    """An ONNX export a method or model cannot make (the method declares no encoder, ``exportable`` is False)."""
+    """An export that cannot be made: an ONNX export of a method or model that declares no encoder
+    (``exportable`` is False), or a form a code kind does not have (``Codes.vector_rows``, ``row_columns``)."""
 
 
 class AdaptembWarning(UserWarning):

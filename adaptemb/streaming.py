@@ -8,10 +8,11 @@ atomically, plus ``manifest.json``. Memory stays at a few batches whatever the i
 already written (checked against the manifest of the job: inputs, compressor, budget, side), so a killed
 job resumes where it stopped and gives identical output.
 
-Shard layout (one parquet file per shard): ``id`` (int64 row number across all inputs) and one column
-per per-row array of the codes (``Codes.to_arrays()``): (n, m) arrays as fixed-size lists (uint8 arrays,
-packed bits, as fixed-size binary), ragged arrays (1-D, split by the row ``counts``) as list columns, 1-D
-per-row arrays as plain columns. Arrays shared by all rows (``Codes.shared_arrays``) go in the manifest.
+Shard layout (one parquet file per shard): ``id`` (int64 row number across all inputs) and the row columns
+the code kind gives (``Codes.row_columns()``; by default one per per-row array of ``Codes.to_arrays()``):
+fixed-width rows as fixed-size lists (uint8 rows, packed bits, as fixed-size binary), variable-length rows
+(ragged arrays split by the row ``counts``) as list columns, scalars as plain columns. Arrays shared by all
+rows (``Codes.shared_arrays``) go in the manifest.
 ``read_code_shards(out)`` reads the codes back.
 """
 
@@ -30,7 +31,7 @@ import numpy as np
 
 from adaptemb._version import __version__
 from adaptemb.api import load
-from adaptemb.codes import Codes
+from adaptemb.codes import Codes, RowColumn
 from adaptemb.errors import CorruptFileError
 from adaptemb.io import RowSource, open_rows
 from adaptemb.method import Compressor
@@ -269,47 +270,45 @@ def _write_shard(path: Path, codes: Codes, start: int) -> None:
 
 
 def _row_columns(codes: Codes) -> dict[str, Any]:
+    """The kind's row columns (``Codes.row_columns``) as arrow arrays: variable-length runs as list columns, uint8
+    rows (packed bits) as fixed-size binary, other rows as fixed-size lists, scalars as plain columns."""
     import pyarrow as pa
 
-    arrays = {k: v for k, v in codes.to_arrays().items() if k not in codes.shared_arrays}
-    counts = arrays.get("counts")
     columns: dict[str, Any] = {}
-    for name, array in arrays.items():
-        if counts is not None and name != "counts" and array.ndim == 1 and len(array) == int(counts.sum()):
-            offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int32)
-            columns[name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(array))
-        elif array.ndim == 2 and array.dtype == np.uint8:
-            width = array.shape[1]
-            buffer = pa.py_buffer(np.ascontiguousarray(array).tobytes())
-            columns[name] = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(array), [None, buffer])
-        elif array.ndim == 2:
-            columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(array).reshape(-1)), array.shape[1])
-        elif array.ndim == 1 and len(array) == len(codes):
-            columns[name] = pa.array(array)
+    for name, column in codes.row_columns().items():
+        values = column.values
+        if column.offsets is not None:
+            columns[name] = pa.ListArray.from_arrays(pa.array(column.offsets.astype(np.int32)), pa.array(values))
+        elif values.ndim == 2 and values.dtype == np.uint8:
+            buffer = pa.py_buffer(np.ascontiguousarray(values).tobytes())
+            columns[name] = pa.FixedSizeBinaryArray.from_buffers(pa.binary(values.shape[1]), len(values), [None, buffer])
+        elif values.ndim == 2:
+            columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(values).reshape(-1)), values.shape[1])
         else:
-            raise ValueError(f"{codes.kind} codes array {name!r} of shape {array.shape} is neither per row nor shared")
+            columns[name] = pa.array(values)
     return columns
 
 
-def _read_shard(path: Path) -> dict[str, np.ndarray]:
+def _read_shard(path: Path) -> dict[str, RowColumn]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     table = pq.read_table(path)
-    arrays: dict[str, np.ndarray] = {}
+    columns: dict[str, RowColumn] = {}
     for name in table.column_names:
         column = table.column(name).combine_chunks()
         if pa.types.is_fixed_size_binary(column.type):
             raw = np.frombuffer(column.buffers()[1], dtype=np.uint8)
             width = column.type.byte_width
-            arrays[name] = raw[column.offset * width : (column.offset + len(column)) * width].reshape(len(column), width)
+            columns[name] = RowColumn(raw[column.offset * width : (column.offset + len(column)) * width].reshape(len(column), width))
         elif pa.types.is_fixed_size_list(column.type):
-            arrays[name] = column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), column.type.list_size)
+            columns[name] = RowColumn(column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), column.type.list_size))
         elif pa.types.is_list(column.type):
-            arrays[name] = column.flatten().to_numpy(zero_copy_only=False)
+            offsets = column.offsets.to_numpy().astype(np.int64)
+            columns[name] = RowColumn(column.flatten().to_numpy(zero_copy_only=False), offsets - offsets[0])
         else:
-            arrays[name] = column.to_numpy(zero_copy_only=False)
-    return arrays
+            columns[name] = RowColumn(column.to_numpy(zero_copy_only=False))
+    return columns
 
 
 def read_code_shards(out: str | Path, *, ids: bool = False) -> Codes | tuple[Codes, np.ndarray]:
@@ -323,11 +322,11 @@ def read_code_shards(out: str | Path, *, ids: bool = False) -> Codes | tuple[Cod
     parts, row_ids = [], []
     for shard in job.shards:
         try:
-            arrays = _read_shard(folder / shard.file)
+            columns = _read_shard(folder / shard.file)
         except (OSError, ValueError) as err:
             raise CorruptFileError(f"{folder / shard.file} is not a readable code shard: {err}") from None
-        row_ids.append(arrays.pop("id"))
-        parts.append(cls.from_arrays({**arrays, **shared}, job.dim))
+        row_ids.append(columns.pop("id").values)
+        parts.append(cls.from_row_columns(columns, shared, job.dim))
     codes = parts[0] if len(parts) == 1 else cls.concat(parts)
     return (codes, np.concatenate(row_ids)) if ids else codes
 

@@ -27,10 +27,9 @@ import faiss
 import numpy as np
 import torch
 
-from adaptemb import Budgets, Codes, Compressor, DenseCodes, Index, SearchResult
+from adaptemb import Budgets, Codes, Compressor, DenseCodes, Index, SearchResult, decoded_inner_products
 
 METRIC = faiss.METRIC_INNER_PRODUCT
-_SCORE_ROWS = 4096  # documents decoded at a time when scoring by decoded vectors
 
 
 class FaissCodes(Codes):
@@ -103,9 +102,6 @@ class FaissCodes(Codes):
     def shared_nbytes(self) -> int:
         return int(sum(table.nbytes for table in self.tables.values()))
 
-    def active_counts(self) -> np.ndarray:
-        return np.full(len(self), self.dim, dtype=np.int64)
-
     def to_dense(self) -> np.ndarray:
         """faiss' reconstruction (``sa_decode``) of every row, float32 (n, dim)."""
         if len(self) == 0:
@@ -125,20 +121,11 @@ class FaissCodes(Codes):
         self._check_same_kind(other)
         assert isinstance(other, FaissCodes)
         self._check_tables(other)
-        left = self.to_dense()
-        out = np.empty((len(self), len(other)), dtype=np.float32)
-        for start in range(0, len(other), _SCORE_ROWS):
-            right = other[start : start + _SCORE_ROWS].to_dense()
-            out[:, start : start + len(right)] = left @ right.T
-        return out
+        return decoded_inner_products(self.to_dense(), other)
 
     def decoded_scores(self, queries: np.ndarray) -> np.ndarray:
         """``<q, sa_decode(code)>`` blockwise: the asymmetric inner product of faiss' PQ and SQ searches."""
-        out = np.empty((len(queries), len(self)), dtype=np.float32)
-        for start in range(0, len(self), _SCORE_ROWS):
-            block = self[start : start + _SCORE_ROWS].to_dense()
-            out[:, start : start + len(block)] = queries @ block.T
-        return out
+        return decoded_inner_products(queries, self)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         return {"codes": self.codes, **self.tables}

@@ -8,9 +8,20 @@ Storage accounting is exact and split in two:
 
 ``nbytes`` is their sum and equals the bytes of the arrays ``to_arrays()`` returns, which is what
 ``adaptemb.save_codes`` writes. ``bytes_per_vector`` is ``row_nbytes / len(codes)``.
+
+Each kind owns its other forms too: ONNX outputs (``onnx_outputs`` / ``onnx_graph`` / ``onnx_arrays``), the
+columns of a streamed shard (``row_columns`` / ``from_row_columns``) and the rows of a vector database
+(``vector_form`` / ``vector_rows``). Scoring goes a block of documents at a time through ``blockwise_scores``.
 """
 
-from adaptemb.codes.base import Codes, index_dtype
+from adaptemb.codes.base import (
+    SCORE_BLOCK_ROWS,
+    Codes,
+    RowColumn,
+    blockwise_scores,
+    decoded_inner_products,
+    index_dtype,
+)
 from adaptemb.codes.binary import BinaryCodes
 from adaptemb.codes.binary_sparse import BinarySparseCodes
 from adaptemb.codes.dense import DenseCodes
@@ -19,12 +30,16 @@ from adaptemb.codes.quantized import QuantizedCodes
 from adaptemb.codes.sparse import SparseCodes
 
 __all__ = [
+    "SCORE_BLOCK_ROWS",
     "BinaryCodes",
     "BinarySparseCodes",
     "Codes",
     "DenseCodes",
     "ProjectedQueries",
     "QuantizedCodes",
+    "RowColumn",
     "SparseCodes",
+    "blockwise_scores",
+    "decoded_inner_products",
     "index_dtype",
 ]

@@ -12,13 +12,28 @@ Storage accounting is exact and split in two:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
+import scipy.sparse as sp
+from typing_extensions import Self
+
+from adaptemb.errors import UnsupportedExportError
 
 _C = TypeVar("_C", bound="Codes")
-_SCORE_BLOCK_ROWS = 16384  # rows decoded at a time when scoring, to bound memory
+SCORE_BLOCK_ROWS = 16384
+"""Documents scored at a time (decoded, unpacked or densified): the one bound on the memory of scoring."""
+
+
+@dataclass(frozen=True)
+class RowColumn:
+    """One per-row array of codes as a table column: row ``i`` is ``values[i]`` (a scalar or a fixed-width row)
+    or, with ``offsets`` (n + 1 of them), the variable-length run ``values[offsets[i]:offsets[i + 1]]``."""
+
+    values: np.ndarray
+    offsets: np.ndarray | None = None
 
 
 class Codes(ABC):
@@ -41,6 +56,11 @@ class Codes(ABC):
         if kind not in cls._kinds:
             raise ValueError(f"unknown code kind {kind!r}; known kinds: {', '.join(sorted(cls._kinds))}")
         return cls._kinds[kind]
+
+    @classmethod
+    def known_kinds(cls) -> tuple[str, ...]:
+        """Every registered code kind (the built-ins and those of the plugins imported so far), sorted."""
+        return tuple(sorted(cls._kinds))
 
     dim: int
     """Dimension of the code space (d for dense prefixes, h for sparse codes)."""
@@ -72,9 +92,9 @@ class Codes(ABC):
         """Per-row payload bytes, the number to compare with ``4 * d`` for float32."""
         return self.row_nbytes / len(self)
 
-    @abstractmethod
     def active_counts(self) -> np.ndarray:
-        """Number of stored (active) dimensions of each row, shape (n,)."""
+        """Number of stored (active) dimensions of each row, shape (n,): every dimension unless the kind is sparse."""
+        return np.full(len(self), self.dim, dtype=np.int64)
 
     @abstractmethod
     def to_dense(self) -> np.ndarray:
@@ -116,6 +136,49 @@ class Codes(ABC):
         arrays = self.to_arrays()
         return {name: arrays[name] for name in self.onnx_outputs or head_outputs}
 
+    # -- the columns of a code table (streaming's parquet shards) -------------------------------
+
+    def row_columns(self) -> dict[str, RowColumn]:
+        """The per-row arrays of ``to_arrays()`` as table columns, the ``shared_arrays`` left out (what a streamed
+        shard holds). By default the storage contract of ``shared_arrays``: (n, …) arrays are fixed-width
+        columns, 1-D arrays of length ``counts.sum()`` variable-length ones split by ``counts``."""
+        arrays = {name: array for name, array in self.to_arrays().items() if name not in self.shared_arrays}
+        counts = arrays.get("counts")
+        columns = {}
+        for name, array in arrays.items():
+            if counts is not None and name != "counts" and array.ndim == 1 and len(array) == int(counts.sum()):
+                columns[name] = RowColumn(array, np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]))
+            elif array.ndim in (1, 2) and len(array) == len(self):
+                columns[name] = RowColumn(array)
+            else:
+                raise UnsupportedExportError(f"{self.kind} codes array {name!r} of shape {array.shape} is neither per row "
+                                             f"nor shared: the {self.kind} kind must define row_columns")
+        return columns
+
+    @classmethod
+    def from_row_columns(cls, columns: dict[str, RowColumn], shared: dict[str, np.ndarray], dim: int) -> Self:
+        """Rebuild codes from ``row_columns()`` output and the ``shared_arrays``."""
+        return cls.from_arrays({**{name: column.values for name, column in columns.items()}, **shared}, dim)
+
+    # -- the rows of a vector database (Qdrant, Milvus) -----------------------------------------
+
+    vector_form: ClassVar[str] = ""
+    """How a vector database holds these codes, one vector a row (``vector_rows``): ``"sparse"``, ``"dense"``,
+    or ``""``: not at all (the default)."""
+    compact_vector_dtype: ClassVar[str] = "float32"
+    """The dtype of ``compact_vector_rows()`` for a dense form; a store that takes it (Qdrant) declares it."""
+
+    def vector_rows(self) -> np.ndarray | sp.csr_matrix:
+        """One vector a row whose dot products are ``similarity``: for ``vector_form = "dense"`` a float32
+        (n, dim) array, for ``"sparse"`` a float32 scipy CSR matrix (n, dim). Kinds without a form raise."""
+        raise UnsupportedExportError(f"{self.kind!r} codes have no vector-database form: the {self.kind} kind "
+                                     "declares no vector_form / vector_rows")
+
+    def compact_vector_rows(self) -> np.ndarray | sp.csr_matrix:
+        """The smallest dense rows of ``compact_vector_dtype`` a store may hold instead of ``vector_rows()``; their
+        dot products may only approximate ``similarity`` (int8: uint8 ``code + 128``). By default ``vector_rows()``."""
+        return self.vector_rows()
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(n={len(self)}, dim={self.dim}, "
@@ -130,6 +193,21 @@ class Codes(ABC):
             )
         if other.dim != self.dim:
             raise ValueError(f"code dimensions differ: {self.dim} vs {other.dim}")
+
+
+def blockwise_scores(docs: Codes, n_queries: int, score_block: Callable[[Codes], np.ndarray]) -> np.ndarray:
+    """Scores (n_queries, len(docs)), float32, ``SCORE_BLOCK_ROWS`` documents at a time (bounded memory):
+    ``score_block(block)`` gives the (n_queries, len(block)) scores of a slice ``block`` of ``docs``."""
+    out = np.empty((n_queries, len(docs)), dtype=np.float32)
+    for start in range(0, len(docs), SCORE_BLOCK_ROWS):
+        block = docs[start : start + SCORE_BLOCK_ROWS]
+        out[:, start : start + len(block)] = score_block(block)
+    return out
+
+
+def decoded_inner_products(queries: np.ndarray, docs: Codes) -> np.ndarray:
+    """``queries @ docs.to_dense().T`` (float32 (n_queries, len(docs))), decoding a block of documents at a time."""
+    return blockwise_scores(docs, len(queries), lambda block: queries @ block.to_dense().T)
 
 
 def index_dtype(dim: int) -> np.dtype:

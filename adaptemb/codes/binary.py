@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from adaptemb.codes.base import _SCORE_BLOCK_ROWS, Codes, select_rows
+from adaptemb.codes.base import Codes, blockwise_scores, select_rows
 
 
 class BinaryCodes(Codes):
@@ -20,6 +20,7 @@ class BinaryCodes(Codes):
 
     kind = "binary"
     onnx_outputs = ("bits",)
+    vector_form = "dense"
 
     def __init__(self, packed: np.ndarray, dim: int) -> None:
         if packed.dtype != np.uint8 or packed.ndim != 2 or packed.shape[1] != (dim + 7) // 8:
@@ -42,9 +43,6 @@ class BinaryCodes(Codes):
     def row_nbytes(self) -> int:
         return self.packed.nbytes
 
-    def active_counts(self) -> np.ndarray:
-        return np.full(len(self), self.dim, dtype=np.int64)
-
     def bits(self) -> np.ndarray:
         """The unpacked 0/1 bits as uint8, shape (n, dim)."""
         return np.unpackbits(self.packed, axis=1, count=self.dim)
@@ -61,13 +59,14 @@ class BinaryCodes(Codes):
         self._check_same_kind(other)
         assert isinstance(other, BinaryCodes)
         ones_a = self.bits().astype(np.float32)
-        out = np.empty((len(self), len(other)), dtype=np.float32)
-        for start in range(0, len(other), _SCORE_BLOCK_ROWS):
-            ones_b = other[start : start + _SCORE_BLOCK_ROWS].bits().astype(np.float32)
+
+        def block_scores(block: BinaryCodes) -> np.ndarray:
+            ones_b = block.bits().astype(np.float32)
             common = ones_a @ ones_b.T  # |a AND b|, exact in float32 for dim < 2**24
             hamming = ones_a.sum(1, keepdims=True) + ones_b.sum(1)[None, :] - 2.0 * common
-            out[:, start : start + len(ones_b)] = self.dim - 2.0 * hamming
-        return out
+            return self.dim - 2.0 * hamming
+
+        return blockwise_scores(other, len(self), block_scores)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         return {"packed": self.packed}
@@ -86,3 +85,7 @@ class BinaryCodes(Codes):
 
     def onnx_arrays(self, head_outputs: Sequence[str]) -> dict[str, np.ndarray]:
         return {"bits": self.packed}
+
+    def vector_rows(self) -> np.ndarray:
+        """The ±1 rows: their dot product is ``dim - 2 * hamming``, the Hamming ranking."""
+        return self.to_dense()

@@ -31,6 +31,7 @@ class BinarySparseCodes(Codes):
     kind = "binary_sparse"
     metrics: ClassVar[tuple[str, ...]] = ("dot", "cosine")
     onnx_outputs = ("bits",)
+    vector_form = "sparse"
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, dim: int) -> None:
         indptr = np.asarray(indptr, dtype=np.int64)
@@ -134,6 +135,9 @@ class BinarySparseCodes(Codes):
 
     def to_dense(self) -> np.ndarray:
         return self.to_csr().toarray()
+
+    def vector_rows(self) -> sp.csr_matrix:
+        return self.to_csr()
 
     def similarity(self, other: Codes, metric: str = "dot") -> np.ndarray:
         """``"dot"``: |A ∩ B|; ``"cosine"``: |A ∩ B| / sqrt(|A| |B|), 0 where a row is empty."""

@@ -15,6 +15,7 @@ class DenseCodes(Codes):
 
     kind = "dense"
     onnx_outputs = ("codes",)
+    vector_form = "dense"
 
     def __init__(self, values: np.ndarray) -> None:
         if values.ndim != 2 or values.dtype not in (np.float16, np.float32):
@@ -31,9 +32,6 @@ class DenseCodes(Codes):
     @property
     def row_nbytes(self) -> int:
         return self.values.nbytes
-
-    def active_counts(self) -> np.ndarray:
-        return np.full(len(self), self.dim, dtype=np.int64)
 
     def to_dense(self) -> np.ndarray:
         return self.values.astype(np.float32, copy=False)
@@ -60,3 +58,6 @@ class DenseCodes(Codes):
 
     def onnx_arrays(self, head_outputs: Sequence[str]) -> dict[str, np.ndarray]:
         return {"codes": self.values}
+
+    def vector_rows(self) -> np.ndarray:
+        return self.to_dense()

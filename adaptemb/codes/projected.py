@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from adaptemb.codes.base import _SCORE_BLOCK_ROWS, Codes, select_rows
+from adaptemb.codes.base import Codes, blockwise_scores, select_rows
 from adaptemb.codes.binary_sparse import BinarySparseCodes
 from adaptemb.codes.sparse import SparseCodes
 
@@ -44,9 +44,6 @@ class ProjectedQueries(Codes):
     def row_nbytes(self) -> int:
         return self.values.nbytes + self.offset.nbytes
 
-    def active_counts(self) -> np.ndarray:
-        return np.full(len(self), self.dim, dtype=np.int64)
-
     def to_dense(self) -> np.ndarray:
         return self.values
 
@@ -56,11 +53,8 @@ class ProjectedQueries(Codes):
             raise TypeError(f"projected queries score sparse or binary_sparse documents; got {type(other).__name__}")
         if other.dim != self.dim:
             raise ValueError(f"code dimensions differ: {self.dim} vs {other.dim}")
-        out = np.empty((len(self), len(other)), dtype=np.float32)
-        for start in range(0, len(other), _SCORE_BLOCK_ROWS):
-            block = other[start : start + _SCORE_BLOCK_ROWS].to_csr()
-            out[:, start : start + block.shape[0]] = np.asarray((block @ self.values.T).T) + self.offset[:, None]
-        return out
+        return blockwise_scores(
+            other, len(self), lambda block: np.asarray((block.to_csr() @ self.values.T).T) + self.offset[:, None])
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         return {"values": self.values, "offset": self.offset}

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from adaptemb.codes.base import _SCORE_BLOCK_ROWS, Codes, select_rows
+from adaptemb.codes.base import Codes, decoded_inner_products, select_rows
 
 
 class QuantizedCodes(Codes):
@@ -20,6 +20,8 @@ class QuantizedCodes(Codes):
     kind = "int8"
     shared_arrays = ("scale", "offset")
     onnx_outputs = ("codes",)
+    vector_form = "dense"
+    compact_vector_dtype = "uint8"
 
     def __init__(self, codes: np.ndarray, scale: np.ndarray, offset: np.ndarray) -> None:
         if codes.dtype != np.int8 or codes.ndim != 2:
@@ -45,9 +47,6 @@ class QuantizedCodes(Codes):
     def shared_nbytes(self) -> int:
         return self.scale.nbytes + self.offset.nbytes
 
-    def active_counts(self) -> np.ndarray:
-        return np.full(len(self), self.dim, dtype=np.int64)
-
     def to_dense(self) -> np.ndarray:
         return self.offset + self.scale * self.codes.astype(np.float32)
 
@@ -56,12 +55,7 @@ class QuantizedCodes(Codes):
         assert isinstance(other, QuantizedCodes)
         if not (np.array_equal(self.scale, other.scale) and np.array_equal(self.offset, other.offset)):
             raise ValueError("int8 codes come from different calibrations; encode both with one compressor")
-        left = self.to_dense()
-        out = np.empty((len(self), len(other)), dtype=np.float32)
-        for start in range(0, len(other), _SCORE_BLOCK_ROWS):
-            right = other[start : start + _SCORE_BLOCK_ROWS].to_dense()
-            out[:, start : start + len(right)] = left @ right.T
-        return out
+        return decoded_inner_products(self.to_dense(), other)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         return {"codes": self.codes, "scale": self.scale, "offset": self.offset}
@@ -77,3 +71,11 @@ class QuantizedCodes(Codes):
     @classmethod
     def onnx_graph(cls, outputs: dict[str, Any], dim: int) -> tuple[Any, ...]:
         return (outputs["codes"],)
+
+    def vector_rows(self) -> np.ndarray:
+        """The dequantised rows ``offset + scale * code``: their dot product is ``similarity``."""
+        return self.to_dense()
+
+    def compact_vector_rows(self) -> np.ndarray:
+        """uint8 ``code + 128``: a byte a dimension, whose dot product only approximates the dequantised one."""
+        return (self.codes.astype(np.int16) + 128).astype(np.uint8)

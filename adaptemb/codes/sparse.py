@@ -23,6 +23,7 @@ class SparseCodes(Codes):
 
     kind = "sparse"
     onnx_outputs = ("indices", "values")
+    vector_form = "sparse"
 
     def __init__(
         self, indices: np.ndarray, values: np.ndarray, dim: int, counts: np.ndarray | None = None
@@ -84,6 +85,9 @@ class SparseCodes(Codes):
 
     def to_dense(self) -> np.ndarray:
         return self.to_csr().toarray()
+
+    def vector_rows(self) -> sp.csr_matrix:
+        return self.to_csr()
 
     def similarity(self, other: Codes) -> np.ndarray:
         self._check_same_kind(other)

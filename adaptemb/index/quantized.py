@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import faiss
 import numpy as np
@@ -16,15 +16,30 @@ Backend = Literal["auto", "faiss", "numpy", "torch"]
 _BITS = torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8)  # np.packbits order: MSB first
 
 
-def _engine(device: str, backend: str, cpu_default: str) -> str:
-    if backend not in ("auto", "faiss", "numpy", "torch"):
-        raise ValueError(f"unknown backend {backend!r}; use auto, {cpu_default} or torch")
-    if backend == "torch" or device != "cpu":
-        return "torch"
-    return cpu_default
+class _TwoEngineIndex(Index):
+    """A backend with one CPU engine (``cpu_engine``, reported as ``cpu_backend``) and torch, which runs on CUDA
+    and wherever ``backend="torch"`` asks for it."""
+
+    cpu_engine: ClassVar[str]
+    cpu_backend: ClassVar[str]
+
+    def __init__(self, docs: Codes, *, device: str = "cpu", query_batch: int = 512, backend: Backend = "auto",
+                 query_kind: str | None = None) -> None:
+        super().__init__(docs, device=device, query_batch=query_batch, query_kind=query_kind)
+        if backend not in ("auto", "faiss", "numpy", "torch"):
+            raise ValueError(f"unknown backend {backend!r}; use auto, {self.cpu_engine} or torch")
+        self._engine = "torch" if backend == "torch" or self.device != "cpu" else self.cpu_engine
+        self._requested = backend
+
+    @property
+    def backend(self) -> str:
+        return "torch" if self._engine == "torch" else self.cpu_backend
+
+    def options(self) -> dict[str, Any]:
+        return {"backend": self._requested}
 
 
-class BinaryIndex(Index):
+class BinaryIndex(_TwoEngineIndex):
     """Exact Hamming search of ``BinaryCodes``; scores are ``dim - 2 * hamming`` like ``BinaryCodes.similarity``.
 
     CPU: faiss ``IndexBinaryFlat`` over the packed bits (padding bits are 0 on both sides, so they add
@@ -33,26 +48,18 @@ class BinaryIndex(Index):
 
     name = "binary-hamming"
     pairs = (("binary", "binary"),)
+    cpu_engine, cpu_backend = "faiss", "faiss-binary"
 
     def __init__(self, docs: Codes, *, device: str = "cpu", query_batch: int = 512, backend: Backend = "auto",
                  query_kind: str | None = None) -> None:
-        super().__init__(docs, device=device, query_batch=query_batch, query_kind=query_kind)
+        super().__init__(docs, device=device, query_batch=query_batch, backend=backend, query_kind=query_kind)
         assert isinstance(docs, BinaryCodes)
-        self._engine = _engine(self.device, backend, "faiss")
-        self._requested = backend
         if self._engine == "torch":
             self._packed = torch.from_numpy(docs.packed).to(self.device)
         else:
             self._faiss = faiss.IndexBinaryFlat(8 * docs.packed.shape[1])
             self._faiss.use_heap = False  # counting by distance: exact, ~3x faster than the heap here
             self._faiss.add(np.ascontiguousarray(docs.packed))
-
-    @property
-    def backend(self) -> str:
-        return "torch" if self._engine == "torch" else "faiss-binary"
-
-    def options(self) -> dict[str, Any]:
-        return {"backend": self._requested}
 
     def _signs(self, packed: torch.Tensor) -> torch.Tensor:
         bits = (packed.unsqueeze(-1) & _BITS.to(packed.device)).ne(0).reshape(len(packed), -1)[:, : self.dim]
@@ -69,7 +76,7 @@ class BinaryIndex(Index):
         return ranking.torch_top_k(lambda s, e: (q @ self._signs(self._packed[s:e]).T).float(), top_k, n=len(self), block_rows=block)
 
 
-class Int8Index(Index):
+class Int8Index(_TwoEngineIndex):
     """Exact search of int8 ``QuantizedCodes``: the inner product of the dequantised vectors.
 
     ``<o + s*a, o + s*b> = <o + s*a, o> + <(o + s*a) * s, b>``: the int8 documents are never expanded
@@ -79,22 +86,14 @@ class Int8Index(Index):
 
     name = "int8-flat"
     pairs = (("int8", "int8"),)
+    cpu_engine, cpu_backend = "numpy", "numpy-blas"
 
     def __init__(self, docs: Codes, *, device: str = "cpu", query_batch: int = 512, backend: Backend = "auto",
                  query_kind: str | None = None) -> None:
-        super().__init__(docs, device=device, query_batch=query_batch, query_kind=query_kind)
+        super().__init__(docs, device=device, query_batch=query_batch, backend=backend, query_kind=query_kind)
         assert isinstance(docs, QuantizedCodes)
-        self._engine = _engine(self.device, backend, "numpy")
-        self._requested = backend
         self._scale, self._offset = docs.scale, docs.offset
         self._codes = docs.codes if self._engine == "numpy" else torch.from_numpy(docs.codes).to(self.device)
-
-    @property
-    def backend(self) -> str:
-        return "torch" if self._engine == "torch" else "numpy-blas"
-
-    def options(self) -> dict[str, Any]:
-        return {"backend": self._requested}
 
     def _search_batch(self, queries: Codes, top_k: int) -> SearchResult:
         assert isinstance(queries, QuantizedCodes)
