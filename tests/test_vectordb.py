@@ -213,13 +213,13 @@ def test_sparse_codes_go_into_a_sparse_field(data: tuple[np.ndarray, np.ndarray]
     """The layout for a Milvus server (and Milvus Lite >= 3.2.2): SPARSE_FLOAT_VECTOR holding the codes' non-zeros."""
     from pymilvus import DataType
 
-    from adaptemb import vectordb
+    from adaptemb.vectordb import milvus as milvus_store
 
     docs, queries = data
     csr = fitted("csr", docs)
     doc_codes, query_codes = csr.encode(docs), csr.encode(queries)
-    scores_by_ip = vectordb._scores_sparse_by_ip(milvus)
-    monkeypatch.setattr(vectordb, "_scores_sparse_by_ip", lambda client: True)
+    scores_by_ip = milvus_store._scores_sparse_by_ip(milvus)
+    monkeypatch.setattr(milvus_store, "_scores_sparse_by_ip", lambda client: True)
     export_codes(doc_codes, to="milvus", location=milvus, collection="sparse")
     field = next(f for f in milvus.describe_collection("sparse")["fields"] if f["name"] == "codes")
     assert field["type"] == DataType.SPARSE_FLOAT_VECTOR
@@ -233,7 +233,7 @@ def test_sparse_codes_go_into_a_sparse_field(data: tuple[np.ndarray, np.ndarray]
 
 @needs_milvus
 def test_milvus_lite_version_picks_the_sparse_layout() -> None:
-    from adaptemb.vectordb import _scores_sparse_by_ip
+    from adaptemb.vectordb.milvus import _scores_sparse_by_ip
 
     class Version:
         def __init__(self, version: str) -> None:
@@ -284,7 +284,7 @@ def test_bad_milvus_exports_are_refused(kwargs: dict, error: type, message: str,
 def test_codes_without_a_vector_type_are_refused(tmp_path: Path) -> None:
     projected = ProjectedQueries(np.ones((4, 8), np.float32))  # an asymmetric query side: no database scores it
     for to, name in (("milvus", "Milvus"), ("qdrant", "Qdrant")):
-        with pytest.raises(ValueError, match=f"'projected' codes have no {name} vector type; supported: sparse, "):
+        with pytest.raises(ValueError, match=f"'projected' codes have no {name} vector type; supported: binary, binary_sparse, dense, int8, sparse"):
             export_codes(projected, to=to, location=str(tmp_path / "db.db"))
 
 

@@ -28,7 +28,6 @@ import pytest
 from pydantic import SecretStr
 from typer.testing import CliRunner
 
-from adaptemb import vectordb
 from adaptemb.cli import app
 from adaptemb.codes import DenseCodes
 from adaptemb.serialization import save_codes
@@ -38,11 +37,15 @@ from adaptemb.vectordb import (
     InsecureTransportWarning,
     ServerUnreachableError,
     VectorDBError,
+    credentials,
     export_codes,
+    guard,
     milvus_client,
     qdrant_client,
     search_qdrant,
 )
+from adaptemb.vectordb import milvus as milvus_store
+from adaptemb.vectordb import qdrant as qdrant_store
 
 needs_qdrant = pytest.mark.skipif(importlib.util.find_spec("qdrant_client") is None, reason="needs qdrant-client")
 needs_milvus = pytest.mark.skipif(importlib.util.find_spec("pymilvus") is None, reason="needs pymilvus")
@@ -408,8 +411,8 @@ class RecordingClient:
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     RecordingClient.built = []
-    monkeypatch.setattr(vectordb, "_require_qdrant", lambda: RecordingClient)
-    monkeypatch.setattr(vectordb, "_require_milvus", lambda lite: RecordingClient)
+    monkeypatch.setattr(qdrant_store, "_require_qdrant", lambda: RecordingClient)
+    monkeypatch.setattr(milvus_store, "_require_milvus", lambda lite: RecordingClient)
     return RecordingClient.built
 
 
@@ -446,7 +449,7 @@ def test_milvus_token_goes_to_the_client_as_token(recorded: list[dict[str, Any]]
     monkeypatch.setenv("MILVUS_TOKEN", TOKEN)
     client = milvus_client("https://in01-abc.zillizcloud.com:19530")
     assert recorded[-1] == {"uri": "https://in01-abc.zillizcloud.com:19530", "token": TOKEN}
-    assert vectordb._context_of(client, "milvus")[2].describe() == "token from $MILVUS_TOKEN"
+    assert guard.context_of(client, "milvus")[2].describe() == "token from $MILVUS_TOKEN"
     milvus_client("https://in01-abc.zillizcloud.com:19530", api_key=SecretStr("db_admin:other"))
     assert recorded[-1]["token"] == "db_admin:other"
     monkeypatch.delenv("MILVUS_TOKEN")
@@ -495,7 +498,7 @@ def test_the_default_variable_is_ignored_for_local_databases(monkeypatch: pytest
 
 def test_the_credential_is_masked_wherever_it_is_held(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MILVUS_TOKEN", TOKEN)
-    credential = vectordb._resolve_credential("milvus", "https://db.example.com", None, None)
+    credential = credentials.resolve_credential("milvus", "https://db.example.com", None, None)
     assert repr(credential) == str(credential) == "<token from $MILVUS_TOKEN: **********>"
     assert repr(credential.secret) == "SecretStr('**********')"
     assert credential.scrub(f"a {TOKEN} b {base64.b64encode(TOKEN.encode()).decode()} c") == "a ********** b ********** c"

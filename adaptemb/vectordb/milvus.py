@@ -1,0 +1,212 @@
+"""Milvus: open a client (Milvus Lite ``.db`` file or server URI), write codes as rows, search them; stop Milvus
+Lite's in-process server for a file.
+
+A kind's ``vector_rows`` become the rows' field ``codes``, scored by inner product (IP): a
+``SPARSE_FLOAT_VECTOR`` for a sparse form (densified into a ``FLOAT_VECTOR`` for a Milvus Lite that scores
+sparse fields by BM25), else a float32 ``FLOAT_VECTOR``."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from pydantic import SecretStr
+
+from adaptemb.codes import Codes
+from adaptemb.vectordb.common import (
+    BATCH_ROWS,
+    ID_FIELD,
+    VECTOR_NAME,
+    batches,
+    check_vector_form,
+    fresh_collection,
+    is_server,
+)
+from adaptemb.vectordb.credentials import Credential, check_location, resolve_credential, warn_insecure
+from adaptemb.vectordb.guard import context_of, guarded, remember
+
+_QUERY_BATCH = 100  # Milvus: query vectors per search request
+_LITE_SPARSE_IP = (3, 2, 2)  # the first Milvus Lite that scores SPARSE_FLOAT_VECTOR by IP, not BM25
+
+
+def _require_milvus(lite: bool) -> Any:
+    try:
+        from pymilvus import MilvusClient
+
+        if lite:
+            import milvus_lite  # noqa: F401  pymilvus starts Milvus Lite for a .db path
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            f"exporting to Milvus needs pymilvus{' and milvus-lite' if lite else ''} ({error.name} is missing): "
+            "pip install 'adaptemb[milvus]'"
+        ) from None
+    return MilvusClient
+
+
+def milvus_client(location: str, *, api_key: SecretStr | str | None = None, api_key_env: str | None = None,
+                  ca_cert: str | os.PathLike[str] | None = None) -> Any:
+    """A pymilvus ``MilvusClient``: a local ``.db`` path (Milvus Lite, no server) or an ``http(s)://`` URI.
+
+    Milvus Lite runs in this process, one server per ``.db`` path (holding the file's lock until this
+    process ends or ``release_milvus_lite(location)``); its parent folders are created.
+
+    A server URI gets pymilvus' ``token`` (an API key, or ``user:password``) from ``api_key`` (a
+    ``SecretStr`` or str), else the variable ``api_key_env`` names, else ``$MILVUS_TOKEN`` if set (none: no
+    token is sent). ``https`` verifies the server's certificate (gRPC's trusted roots,
+    ``$GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``, or the PEM bundle ``ca_cert``). A token over plain ``http://`` or
+    ``tcp://`` to another machine warns (``InsecureTransportWarning``).
+    """
+    check_milvus_location(location)
+    return open_milvus(location, resolve_credential("milvus", location, api_key, api_key_env), ca_cert)
+
+
+def check_milvus_location(location: str) -> None:
+    if not is_server("milvus", location) and not location.endswith(".db"):
+        raise ValueError(
+            f"a Milvus location is a local file path ending in .db (Milvus Lite) or a server URI "
+            f"(http://host:19530); got {location!r}"
+        )
+
+
+def open_milvus(location: str, credential: Credential | None, ca_cert: str | os.PathLike[str] | None) -> Any:
+    server = is_server("milvus", location)
+    check_milvus_location(location)
+    check_location("milvus", location, ca_cert)
+    client_class = _require_milvus(lite=not server)
+    if not server:
+        location = str(Path(location).expanduser())
+        Path(location).parent.mkdir(parents=True, exist_ok=True)
+        return client_class(uri=location)
+    warn_insecure("milvus", location, credential)
+    options: dict[str, Any] = {}
+    if credential is not None:
+        options["token"] = credential.secret.get_secret_value()
+    if ca_cert is not None:  # one-way TLS: the server's certificate is verified against this bundle
+        options["server_pem_path"] = os.fspath(ca_cert)
+    client = guarded("milvus", location, credential, lambda: client_class(uri=location, **options))
+    return remember(client, "milvus", location, credential)
+
+
+def release_milvus_lite(location: str) -> bool:
+    """Stop this process's Milvus Lite server for the ``.db`` file ``location`` (pymilvus starts one per file
+    and keeps it, with the file's lock, until the process ends, even after ``client.close()``), so another
+    process can open the file. Clients of that file in this process stop working. True if one was running."""
+    servers = _lite_servers()
+    path = os.path.abspath(Path(location).expanduser())
+    if servers is None or path not in servers:
+        return False
+    from milvus_lite.server_manager import server_manager_instance
+
+    server_manager_instance.release_server(path)
+    return True
+
+
+def _lite_servers() -> dict[str, Any] | None:
+    """Milvus Lite's running servers by absolute ``.db`` path (None when milvus-lite is missing or changed)."""
+    try:
+        from milvus_lite.server_manager import server_manager_instance
+    except ImportError:
+        return None
+    servers = getattr(server_manager_instance, "_servers", None)
+    return servers if isinstance(servers, dict) else None
+
+
+def milvus_lite_running(location: str) -> bool:
+    """Whether this process runs a Milvus Lite server for the ``.db`` file ``location``."""
+    return os.path.abspath(Path(location).expanduser()) in (_lite_servers() or {})
+
+
+def export_milvus(codes: Codes, client: Any, collection: str, row_ids: np.ndarray,
+                  payload: Sequence[Mapping[str, Any]] | None, recreate: bool) -> str:
+    if row_ids.size and int(row_ids.max()) > np.iinfo(np.int64).max:
+        raise ValueError("Milvus ids are INT64: every id must be below 2**63")
+    from pymilvus import DataType
+
+    lite = _lite_version(client) is not None
+    sparse = codes.vector_form == "sparse" and _scores_sparse_by_ip(client)
+    fresh_collection(client.has_collection(collection), recreate, collection,
+                     lambda: client.drop_collection(collection))
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=True)
+    schema.add_field(ID_FIELD, DataType.INT64, is_primary=True)
+    index = client.prepare_index_params()
+    if sparse:
+        schema.add_field(VECTOR_NAME, DataType.SPARSE_FLOAT_VECTOR)
+        index.add_index(VECTOR_NAME, index_type="SPARSE_INVERTED_INDEX", metric_type="IP", params={"drop_ratio_build": 0.0})
+        vector = "SPARSE_FLOAT_VECTOR, IP"
+    else:
+        schema.add_field(VECTOR_NAME, DataType.FLOAT_VECTOR, dim=codes.dim)
+        index.add_index(VECTOR_NAME, index_type="FLAT", metric_type="IP")
+        vector = f"FLOAT_VECTOR of {codes.dim}, IP"
+    # Milvus Lite: no index. Lite opens an indexed collection released in every new process (searches fail until
+    # that process calls load_collection) but an unindexed one loaded, and searches it by brute force (exact).
+    # A server keeps the index and the loaded state for all its clients. Strong consistency: a search right
+    # after the export sees every row.
+    client.create_collection(collection, schema=schema, index_params=None if lite else index, consistency_level="Strong")
+    for start, stop in batches(len(codes), BATCH_ROWS):
+        rows = [{**({} if payload is None else payload[start + i]), ID_FIELD: int(row_ids[start + i]), VECTOR_NAME: vector}
+                for i, vector in enumerate(_milvus_vectors(codes[start:stop], sparse))]
+        client.insert(collection, rows)
+    client.flush(collection)  # sealed segments: durable, and Milvus Lite searches them faster than its write buffer
+    if lite:
+        return f"{vector}, no index: Milvus Lite searches every row"
+    client.load_collection(collection)  # loaded on the server, for every client
+    return f"{vector}, {'SPARSE_INVERTED_INDEX' if sparse else 'FLAT'} index, loaded"
+
+
+def search_milvus(client: Any, collection: str, query_codes: Codes, top_k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, ids), each (n_queries, top_k), of query codes searched in a collection ``export_codes`` wrote."""
+    from pymilvus import DataType
+
+    check_vector_form(query_codes, "milvus")
+    _, where, credential = context_of(client, "milvus")
+    described = guarded("milvus", where, credential, lambda: client.describe_collection(collection))
+    field = next((f for f in described["fields"] if f["name"] == VECTOR_NAME), None)
+    if field is None:
+        raise ValueError(f"collection {collection!r} has no vector field {VECTOR_NAME!r}; write it with export_codes")
+    sparse = field["type"] == DataType.SPARSE_FLOAT_VECTOR
+    if not sparse and int(field["params"]["dim"]) != query_codes.dim:
+        raise ValueError(f"query code dim {query_codes.dim} != the collection's vector dim {int(field['params']['dim'])}")
+    params = {"metric_type": "IP", "params": {"drop_ratio_search": 0.0} if sparse else {}}
+    scores = np.full((len(query_codes), top_k), -np.inf, dtype=np.float32)
+    ids = np.full((len(query_codes), top_k), -1, dtype=np.int64)
+    for start, stop in batches(len(query_codes), _QUERY_BATCH):
+        data = _milvus_vectors(query_codes[start:stop], sparse)
+        results = guarded("milvus", where, credential, lambda data=data: client.search(
+            collection, data=data, anns_field=VECTOR_NAME, limit=top_k, search_params=params, output_fields=[ID_FIELD]))
+        for row, hits in enumerate(results, start):
+            scores[row, : len(hits)] = [hit["distance"] for hit in hits]
+            ids[row, : len(hits)] = [int(hit["id"]) for hit in hits]
+    return scores, ids
+
+
+def _milvus_vectors(codes: Codes, sparse: bool) -> list[Any]:
+    """One Milvus vector per row from the kind's ``vector_rows``: for a sparse field a {index: value} dict of the
+    non-zeros, else a float32 row (a sparse form densified; ±1 for binary, the dequantised values for int8)."""
+    rows = codes.vector_rows()
+    if sparse:
+        matrix = sp.csr_matrix(rows, copy=True)
+        matrix.eliminate_zeros()
+        return [dict(zip(matrix.indices[lo:hi].tolist(), matrix.data[lo:hi].astype(float).tolist(), strict=True))
+                for lo, hi in zip(matrix.indptr[:-1], matrix.indptr[1:], strict=True)]
+    dense = rows.toarray() if sp.issparse(rows) else rows
+    return list(dense.astype(np.float32, copy=False))
+
+
+def _lite_version(client: Any) -> tuple[int, ...] | None:
+    """Milvus Lite's version (server version ``milvus_lite-X.Y.Z``); None for a Milvus server."""
+    match = re.match(r"milvus_lite-(\d+)\.(\d+)(?:\.(\d+))?", str(client.get_server_version()))
+    return None if match is None else tuple(int(part or 0) for part in match.groups())
+
+
+def _scores_sparse_by_ip(client: Any) -> bool:
+    """False for Milvus Lite before 3.2.2, which scores every SPARSE_FLOAT_VECTOR field by BM25 whatever
+    metric is asked; True for a Milvus server."""
+    version = _lite_version(client)
+    return version is None or version >= _LITE_SPARSE_IP
+
+
