@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any, ClassVar, Literal
 
 import faiss
@@ -30,6 +31,11 @@ class _TwoEngineIndex(Index):
             raise ValueError(f"unknown backend {backend!r}; use auto, {self.cpu_engine} or torch")
         self._engine = "torch" if backend == "torch" or self.device != "cpu" else self.cpu_engine
         self._requested = backend
+        self._hold(docs)
+
+    @abstractmethod
+    def _hold(self, docs: Codes) -> None:
+        """Keep the documents in the form the chosen engine (``self._engine``) searches."""
 
     @property
     def backend(self) -> str:
@@ -50,9 +56,7 @@ class BinaryIndex(_TwoEngineIndex):
     pairs = (("binary", "binary"),)
     cpu_engine, cpu_backend = "faiss", "faiss-binary"
 
-    def __init__(self, docs: Codes, *, device: str = "cpu", query_batch: int = 512, backend: Backend = "auto",
-                 query_kind: str | None = None) -> None:
-        super().__init__(docs, device=device, query_batch=query_batch, backend=backend, query_kind=query_kind)
+    def _hold(self, docs: Codes) -> None:
         assert isinstance(docs, BinaryCodes)
         if self._engine == "torch":
             self._packed = torch.from_numpy(docs.packed).to(self.device)
@@ -88,9 +92,7 @@ class Int8Index(_TwoEngineIndex):
     pairs = (("int8", "int8"),)
     cpu_engine, cpu_backend = "numpy", "numpy-blas"
 
-    def __init__(self, docs: Codes, *, device: str = "cpu", query_batch: int = 512, backend: Backend = "auto",
-                 query_kind: str | None = None) -> None:
-        super().__init__(docs, device=device, query_batch=query_batch, backend=backend, query_kind=query_kind)
+    def _hold(self, docs: Codes) -> None:
         assert isinstance(docs, QuantizedCodes)
         self._scale, self._offset = docs.scale, docs.offset
         self._codes = docs.codes if self._engine == "numpy" else torch.from_numpy(docs.codes).to(self.device)
