@@ -2,6 +2,7 @@
 
 from adaptemb._version import __version__
 from adaptemb.api import compress, fit, get_compressor, list_compressors, load, load_codes, load_index
+from adaptemb.batches import Batches, StreamBatches, TensorBatches
 from adaptemb.budgets import Budgets
 from adaptemb.codes import (
     BinaryCodes,
@@ -52,16 +53,18 @@ from adaptemb.rows import RowStream
 from adaptemb.serialization import save_codes
 from adaptemb.streaming import EncodeResult, encode_files, read_code_shards
 from adaptemb.threads import set_threads
-from adaptemb.train import FitReport, StreamBatches, TrainingConfig, train
+from adaptemb.train import Checkpoints, FitReport, TrainingConfig, train
 from adaptemb.validation import as_matrix
 
 __all__ = [
     "INPUT_KINDS",
     "AdaptembError",
     "AdaptembWarning",
+    "Batches",
     "BinaryCodes",
     "BinarySparseCodes",
     "Budgets",
+    "Checkpoints",
     "Codes",
     "CompressedIndex",
     "Compressor",
@@ -88,6 +91,7 @@ __all__ = [
     "SearchResult",
     "SparseCodes",
     "StreamBatches",
+    "TensorBatches",
     "TrainingConfig",
     "UnknownCompressorError",
     "UnsupportedExportError",

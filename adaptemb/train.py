@@ -7,27 +7,30 @@ device (CUDA when present), runs matmuls in bf16 autocast where the hardware doe
 out rows for early stopping, shows a progress bar, restores the best weights and returns a
 :class:`FitReport`. Weights, optimiser state and losses stay float32 whatever the precision.
 
-Optional module hooks: ``before_optimizer_step()`` (e.g. project gradients) and
-``after_optimizer_step()`` (e.g. renormalise decoder columns).
+Optional module hooks: ``before_optimizer_step()`` (e.g. add a gradient known in closed form, project gradients)
+and ``after_optimizer_step()`` (e.g. renormalise decoder columns, apply a proximal operator). A method whose fit
+is not Adam over epochs passes its own ``optimizer``, a step budget (``steps``), ``Checkpoints`` (early stopping
+on a measurement every few steps) or its own :class:`Batches`; the loop, its seeding, device, progress bar and
+report stay the same.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
-import numpy as np
 import torch
 from pydantic import Field
 
+from adaptemb.batches import Batches, StreamBatches, batches_of
 from adaptemb.config import CompressorConfig
 from adaptemb.devices import resolve_device
 from adaptemb.progress import progress_bar
-from adaptemb.rows import RowStream
 
 
 class TrainingConfig(CompressorConfig):
@@ -81,61 +84,47 @@ class FitReport:
 
 
 @dataclass
-class StreamBatches:
-    """Training data read from a :class:`~adaptemb.rows.RowStream` instead of held in memory.
+class Checkpoints:
+    """Early stopping on a measurement of the module (lower is better) every ``every`` optimisation steps, in place
+    of the held-out loss per epoch: measured (in eval mode, without gradients) before the first step, before every
+    ``every``-th step after it and after the last; the fit stops after ``TrainingConfig.patience`` measurements in
+    a row that are not lower than the best, and the module keeps its state (``state_dict``, extra state included)
+    at the best one. The report's ``val_loss`` is that measurement and ``extra["best_step"]`` its step."""
 
-    Each epoch is one shuffled pass over the stream (``RowStream.shuffled_batches``) leaving out the rows at
-    positions ``held_out``; ``prepare`` turns a batch of validated rows into the tensors the module's
-    ``training_loss`` takes (e.g. normalised rows and their partners); ``validation`` is the prepared
-    held-out rows (in memory, for early stopping), or empty for none.
-    """
-
-    stream: RowStream
-    prepare: Callable[[torch.Tensor], list[torch.Tensor]]
-    held_out: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
-    validation: list[torch.Tensor] = field(default_factory=list)
-
-    def steps_per_epoch(self, batch_size: int) -> int:
-        rows = (self.stream.kept_rows if self.stream.rows is not None else batch_size) - len(self.held_out)
-        return max(1, math.ceil(rows / batch_size))
-
-    @classmethod
-    def holding_out(cls, stream: RowStream, prepare: Callable[[torch.Tensor], list[torch.Tensor]],
-                    sample: tuple[np.ndarray, torch.Tensor], fraction: float, seed: int) -> StreamBatches:
-        """Batches of ``stream`` with ``fraction`` of the rows of ``sample`` (positions, rows: from
-        ``RowStream.sample``) held out of training for early stopping, as ``train`` holds out in-memory rows."""
-        positions, rows = sample
-        held = int(len(positions) * fraction)
-        if held < 2 or len(positions) - held < 2:
-            return cls(stream, prepare)
-        chosen = torch.randperm(len(positions), generator=torch.Generator().manual_seed(seed))[:held]
-        return cls(stream, prepare, np.sort(positions[chosen.numpy()]), prepare(rows[chosen]))
+    measure: Callable[[], float]
+    every: int = 1
 
 
 def train(
     module: torch.nn.Module,
-    data: Sequence[torch.Tensor] | StreamBatches,
+    data: Sequence[torch.Tensor] | StreamBatches | Batches,
     config: TrainingConfig,
     *,
     description: str = "fit",
+    steps: int | None = None,
+    optimizer: Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer] | None = None,
+    checkpoints: Checkpoints | None = None,
 ) -> FitReport:
     """Optimise ``module.training_loss`` over row batches of ``data``: tensors of equal length held in memory
-    (``config.val_fraction`` of their rows held out for early stopping), or a :class:`StreamBatches`.
+    (``config.val_fraction`` of their rows held out for early stopping), a :class:`StreamBatches`, or any
+    :class:`Batches` (e.g. a :class:`TensorBatches` that holds nothing out).
 
-    The module is moved to the chosen device and left there in eval mode with the best held-out
-    weights. Randomness (shuffling, dropout, noise) is drawn from the config's seed only.
+    ``steps``: run exactly this many optimisation steps (epochs then follow one another until they are done)
+    instead of ``config.epochs`` epochs. ``optimizer``: builds the optimiser from the module's parameters (default:
+    Adam with the config's lr, eps and weight decay). ``checkpoints``: early stopping on a measurement every few
+    steps instead of the held-out loss per epoch. The module is moved to the chosen device and left there in eval
+    mode with the best weights. Randomness (shuffling, dropout, noise) is drawn from the config's seed only.
     """
-    if not isinstance(data, StreamBatches) and any(len(t) != len(data[0]) for t in data):
-        raise ValueError("all training tensors must have the same number of rows")
     device = resolve_device(config.device)
     started = time.perf_counter()
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(config.seed)
-        generator = torch.Generator().manual_seed(config.seed)
         module.to(device)
-        loop = _Loop(module, device, _adam(module, config), config)
-        source = _StreamEpochs(data, config) if isinstance(data, StreamBatches) else _TensorEpochs(data, config, device, generator)
-        report = loop.run(source, description)
+        built = _adam(module, config) if optimizer is None else optimizer(module.parameters())
+        loop = _Loop(module, device, built, config, checkpoints)
+        source = batches_of(data, batch_size=config.batch_size, val_fraction=config.val_fraction, seed=config.seed,
+                            device=device)
+        report = loop.run(source, description, steps)
     module.eval()
     report.seconds = time.perf_counter() - started
     return report
@@ -178,127 +167,85 @@ def _set_lr(optimizer: torch.optim.Optimizer, config: TrainingConfig, step: int,
         group["lr"] = lr
 
 
-def _split(rows: int, fraction: float, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    order = torch.randperm(rows, generator=generator)
-    held_out = int(rows * fraction)
-    if held_out < 2 or rows - held_out < 2:
-        return order, order[:0]
-    return order[held_out:], order[:held_out]
-
-
-class _Epochs(Protocol):
-    """Where a training loop's batches come from: one shuffled pass per call of ``epoch``."""
-
-    steps_per_epoch: int
-
-    def epoch(self) -> Iterator[list[torch.Tensor]]: ...
-
-    def validation(self) -> Iterator[list[torch.Tensor]]: ...
-
-
-class _TensorEpochs:
-    """Batches of rows of tensors held in memory, a fresh permutation per epoch; rows held out by ``_split``."""
-
-    def __init__(self, tensors: Sequence[torch.Tensor], config: TrainingConfig, device: torch.device,
-                 generator: torch.Generator) -> None:
-        self.tensors, self.device, self.generator, self.batch_size = _stage(tensors, device), device, generator, config.batch_size
-        self.train_idx, self.val_idx = _split(len(tensors[0]), config.val_fraction, config.batch_size, generator)
-        self.steps_per_epoch = max(1, math.ceil(len(self.train_idx) / config.batch_size))
-
-    def epoch(self) -> Iterator[list[torch.Tensor]]:
-        order = self.train_idx[torch.randperm(len(self.train_idx), generator=self.generator)]
-        for start in range(0, len(order), self.batch_size):
-            yield self._rows(order[start : start + self.batch_size])
-
-    def validation(self) -> Iterator[list[torch.Tensor]]:
-        for start in range(0, len(self.val_idx), self.batch_size):
-            yield self._rows(self.val_idx[start : start + self.batch_size])
-
-    def _rows(self, idx: torch.Tensor) -> list[torch.Tensor]:
-        if self.tensors and self.tensors[0].device != idx.device:
-            idx = idx.to(self.tensors[0].device, non_blocking=True)
-        return [t[idx].to(self.device, non_blocking=True) for t in self.tensors]
-
-
-class _StreamEpochs:
-    """Batches of a :class:`StreamBatches`: one shuffled pass over the stream per epoch, seeded by the config."""
-
-    def __init__(self, data: StreamBatches, config: TrainingConfig) -> None:
-        self.data, self.batch_size = data, config.batch_size
-        self.rng = np.random.default_rng(config.seed)
-        self.steps_per_epoch = data.steps_per_epoch(config.batch_size)
-
-    def epoch(self) -> Iterator[list[torch.Tensor]]:
-        for rows in self.data.stream.shuffled_batches(self.batch_size, self.rng, self.data.held_out):
-            yield self.data.prepare(rows)
-
-    def validation(self) -> Iterator[list[torch.Tensor]]:
-        held = self.data.validation
-        for start in range(0, len(held[0]) if held else 0, self.batch_size):
-            yield [t[start : start + self.batch_size] for t in held]
-
-
 class _Loop:
-    def __init__(self, module: Any, device: torch.device, optimizer: torch.optim.Optimizer, config: TrainingConfig) -> None:
+    def __init__(self, module: Any, device: torch.device, optimizer: torch.optim.Optimizer, config: TrainingConfig,
+                 checkpoints: Checkpoints | None) -> None:
         self.module, self.device, self.optimizer, self.config = module, device, optimizer, config
+        self.checkpoints, self.step = checkpoints, 0
         self.autocast = training_dtype(config.precision, device) == torch.bfloat16
+        # a held-out loss per epoch must fall by more than float noise; a checkpoint measurement just be lower
+        self.best = _Best(module, config.patience, min_drop=0.0 if checkpoints else 1e-7)
 
     def loss(self, batch: list[torch.Tensor], step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         batch = [t.to(self.device, non_blocking=True) for t in batch]
         with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
             return self.module.training_loss(batch, step)
 
-    def run(self, source: _Epochs, description: str) -> FitReport:
-        config = self.config
-        steps_per_epoch = source.steps_per_epoch
-        best_val, best_state, bad_epochs, stopped_early = math.inf, None, 0, False
-        step, epochs_run, sums = 0, 0, {}
-        bar = progress_bar(total=config.epochs * steps_per_epoch, desc=description, enabled=config.progress, leave=False)
-        for epoch in range(config.epochs):
+    def run(self, source: Batches, description: str, steps: int | None) -> FitReport:
+        total = steps if steps is not None else self.config.epochs * source.steps_per_epoch
+        bar = progress_bar(total=total, desc=description, enabled=self.config.progress, leave=False)
+        epochs_run, train_losses = 0, {}
+        for epoch in itertools.count() if steps is not None else range(self.config.epochs):
             self.module.train()
-            sums, counts = {}, 0
-            for batch in source.epoch():
-                if len(batch[0]) < 2:
-                    continue
-                total, parts = self.loss(batch, step)
-                self.optimizer.zero_grad(set_to_none=True)
-                total.backward()
-                _call_hook(self.module, "before_optimizer_step")
-                _set_lr(self.optimizer, config, step, config.epochs * steps_per_epoch)
-                self.optimizer.step()
-                _call_hook(self.module, "after_optimizer_step")
-                step += 1
-                counts += 1
-                for name, value in {"loss": total, **parts}.items():
-                    # summed on the device: no host sync per step (matters on CUDA)
-                    sums[name] = sums.get(name, 0.0) + torch.as_tensor(value).detach().float()
-                bar.update(1)
+            sums, counts = self.epoch(source, total, steps, bar)
             epochs_run = epoch + 1
-            val = self.validation_loss(source, step)
-            sums = {name: float(value) for name, value in sums.items()}
-            bar.set_postfix(loss=f"{sums.get('loss', 0.0) / max(counts, 1):.4f}", val=f"{val:.4f}" if val is not None else "-")
-            if val is None:
-                continue
-            if val < best_val - 1e-7:
-                best_val, bad_epochs = val, 0
-                best_state = copy.deepcopy(self.module.state_dict())
-            else:
-                bad_epochs += 1
-                if bad_epochs >= config.patience:
-                    stopped_early = True
-                    break
+            if counts:
+                train_losses = {name: float(value) / counts for name, value in sums.items()}
+            val = None if self.checkpoints else self.validation_loss(source, self.step)
+            bar.set_postfix(loss=f"{train_losses.get('loss', 0.0):.4f}", val=f"{val:.4f}" if val is not None else "-")
+            if val is not None:
+                self.best.observe(val, self.step)
+            if self.best.stopped or (steps is not None and (self.step >= steps or not counts)):
+                break
         bar.close()
-        if best_state is not None:
-            self.module.load_state_dict(best_state)
-        train_losses = {name: value / max(counts, 1) for name, value in sums.items()}
+        stopped_early = self.best.stopped
+        if self.checkpoints is not None and not stopped_early:
+            self.checkpoint()  # the last state is a candidate too
+        self.best.restore()
         return FitReport(
-            device=str(self.device), seconds=0.0, epochs=epochs_run, steps=step, stopped_early=stopped_early,
-            train_losses=train_losses, val_loss=None if best_val == math.inf else best_val,
+            device=str(self.device), seconds=0.0, epochs=epochs_run, steps=self.step, stopped_early=stopped_early,
+            train_losses=train_losses, val_loss=None if self.best.value == math.inf else self.best.value,
             precision="bfloat16" if self.autocast else "float32", threads=torch.get_num_threads(),
+            extra={} if self.checkpoints is None else {"best_step": self.best.step},
         )
 
+    def epoch(self, source: Batches, total: int, steps: int | None, bar: Any) -> tuple[dict[str, torch.Tensor], int]:
+        """One pass of optimisation steps: (each loss component summed on the device, the steps taken)."""
+        sums: dict[str, torch.Tensor] = {}
+        counts = 0
+        for batch in source.epoch():
+            if len(batch[0]) < 2:
+                continue
+            if steps is not None and self.step >= steps:
+                break
+            if self.checkpoints is not None and self.step % self.checkpoints.every == 0 and self.checkpoint():
+                break
+            total_loss, parts = self.loss(batch, self.step)
+            self.optimizer.zero_grad(set_to_none=True)
+            total_loss.backward()
+            _call_hook(self.module, "before_optimizer_step")
+            _set_lr(self.optimizer, self.config, self.step, total)
+            self.optimizer.step()
+            _call_hook(self.module, "after_optimizer_step")
+            self.step += 1
+            counts += 1
+            for name, value in {"loss": total_loss, **parts}.items():
+                # summed on the device: no host sync per step (matters on CUDA)
+                sums[name] = sums.get(name, 0.0) + torch.as_tensor(value).detach().float()
+            bar.update(1)
+        return sums, counts
+
+    def checkpoint(self) -> bool:
+        """Measure the module now (``Checkpoints.measure``); True once the fit should stop."""
+        assert self.checkpoints is not None
+        self.module.eval()
+        with torch.no_grad():
+            value = float(self.checkpoints.measure())
+        self.module.train()
+        return self.best.observe(value, self.step)
+
     @torch.no_grad()
-    def validation_loss(self, source: _Epochs, step: int) -> float | None:
+    def validation_loss(self, source: Batches, step: int) -> float | None:
         self.module.eval()
         total, weight = 0.0, 0
         for batch in source.validation():
@@ -310,15 +257,27 @@ class _Loop:
         return total / weight if weight else None
 
 
-def _stage(tensors: Sequence[torch.Tensor], device: torch.device) -> Sequence[torch.Tensor]:
-    """On CUDA, copy the training tensors to the device once when they take at most a quarter of
-    its free memory (batches are then gathered on the GPU); otherwise leave them where they are."""
-    if device.type != "cuda":
-        return tensors
-    free, _ = torch.cuda.mem_get_info(device)
-    if sum(t.numel() * t.element_size() for t in tensors) > free // 4:
-        return tensors
-    return [t.to(device) for t in tensors]
+class _Best:
+    """The lowest value measured so far, its step and the module's state then; ``stopped`` once ``patience``
+    measurements in a row were not lower than the best by more than ``min_drop``."""
+
+    def __init__(self, module: torch.nn.Module, patience: int, min_drop: float) -> None:
+        self.module, self.patience, self.min_drop = module, patience, min_drop
+        self.value, self.step, self.misses, self.stopped = math.inf, 0, 0, False
+        self.state: dict[str, Any] | None = None
+
+    def observe(self, value: float, step: int) -> bool:
+        if value < self.value - self.min_drop:
+            self.value, self.step, self.misses = value, step, 0
+            self.state = copy.deepcopy(self.module.state_dict())
+        else:
+            self.misses += 1
+            self.stopped = self.misses >= self.patience
+        return self.stopped
+
+    def restore(self) -> None:
+        if self.state is not None:
+            self.module.load_state_dict(self.state)
 
 
 def _call_hook(module: Any, name: str) -> None:

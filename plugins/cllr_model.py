@@ -6,28 +6,22 @@ initialisation L₀. The smooth part takes SGD steps with heavy-ball momentum; �
 proximal operator, singular-value thresholding or column soft-thresholding, so its zeros are exact. The prox
 threshold ``lr·λ·α / (Ω(L₀)(1 − momentum))`` makes the fixed points of the iteration the stationary points of F.
 With held-out pairs (``Validation``) the loop measures their InfoNCE every ``eval_every`` steps and keeps the best L.
-
-Then (adaptemb's extension, ``nest_prefixes``) the learned row space is re-based so that its short prefixes are
-trained to stand alone: ``W = B L`` with B (r × r) fitted by a soft-target NCE that asks each prefix's
-neighbour distribution to match the full code's (self-distillation of L's own codes, Matryoshka style).
+The loop is ``adaptemb.train``'s: the objective's hooks add the closed-form gradient and apply the proximal step,
+:class:`HeavyBall` takes the momentum steps. The prefix-nesting stage that follows is ``cllr_nesting.py``.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
-import time
-from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
-from adaptemb import FitReport, info_nce, resolve_device
+from adaptemb import Checkpoints, FitReport, TensorBatches, TrainingConfig, info_nce, resolve_device, train
 
 RANK_TOL = 1e-9
 """A direction whose squared singular value is below this fraction of the largest counts as zero."""
@@ -76,21 +70,47 @@ class CLLRObjective(nn.Module):
         self.omega_scale = float(omega(self.weight.detach(), settings.regularizer)) or 1.0
         self.omega = 1.0  # Ω(L) / Ω(L₀), tracked by the proximal step
         self.kept_rank = components.shape[0]
+        self._recon_gradient: torch.Tensor | None = None
 
-    def loss_and_gradient(self, batch: Sequence[torch.Tensor]) -> tuple[dict[str, float], torch.Tensor]:
-        """Loss components of a batch (F and its parts) and the gradient of the smooth part with respect to L."""
-        anchors, keys, groups = batch
+    def training_loss(self, batch: Sequence[torch.Tensor], step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """F of a batch (``adaptemb.train``'s loss) and its parts. Autograd differentiates the NCE only (the
+        regulariser enters as a number): ``before_optimizer_step`` adds λ∇R in closed form, and Ω is the proximal
+        step's (``after_optimizer_step``)."""
+        del step
         s = self.settings
-        self.weight.grad = None
-        with torch.enable_grad():
-            nce = self.nce(anchors, keys, groups)
-            nce.backward()
-        assert self.weight.grad is not None
-        recon, recon_grad = self.reconstruction(gradient=True)
-        grad = self.weight.grad + s.lam * recon_grad
-        self.weight.grad = None
-        total = float(nce.detach()) + s.lam * (float(recon) + s.alpha * self.omega)
-        return {"loss": total, "nce": float(nce.detach()), "recon": float(recon), "omega": self.omega}, grad
+        nce = self.nce(*batch)
+        recon, self._recon_gradient = self.reconstruction(gradient=True)
+        regulariser = s.lam * (float(recon) + s.alpha * self.omega)
+        return nce + regulariser, {"nce": nce.detach(), "recon": recon, "omega": torch.tensor(self.omega)}
+
+    @torch.no_grad()
+    def before_optimizer_step(self) -> None:
+        """The smooth part's gradient: the NCE's (autograd) plus λ∇R (closed form, from ``training_loss``)."""
+        assert self.weight.grad is not None and self._recon_gradient is not None
+        self.weight.grad = self.weight.grad + self.settings.lam * self._recon_gradient
+
+    @torch.no_grad()
+    def after_optimizer_step(self) -> None:
+        """``L ← prox(L)`` after the momentum step: the proximal operator of Ω (exact zeros)."""
+        s = self.settings
+        threshold = s.lr * s.lam * s.alpha / (self.omega_scale * (1.0 - s.momentum))
+        if threshold <= 0:
+            return
+        if s.regularizer == "nuclear":
+            weight, singular = singular_value_threshold(self.weight, threshold)
+            self.kept_rank, value = len(singular), float(singular.sum())
+        else:
+            weight = column_soft_threshold(self.weight, threshold)
+            value = float(weight.norm(dim=0).sum())
+        self.weight.copy_(weight)
+        self.omega = value / self.omega_scale
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The rank and Ω the last proximal step left: kept with the weights when ``adaptemb.train`` keeps the best."""
+        return {"kept_rank": self.kept_rank, "omega": self.omega}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.kept_rank, self.omega = state["kept_rank"], state["omega"]
 
     @torch.no_grad()
     def losses(self, batch: Sequence[torch.Tensor]) -> dict[str, float]:
@@ -133,23 +153,6 @@ class CLLRObjective(nn.Module):
             x = x + s.view_noise * self.std * torch.randn_like(x)
         return x
 
-    @torch.no_grad()
-    def step(self, velocity: torch.Tensor) -> None:
-        """``L ← prox(L − lr·v)``: the momentum step, then the proximal operator of Ω (exact zeros)."""
-        s = self.settings
-        self.weight.sub_(s.lr * velocity)
-        threshold = s.lr * s.lam * s.alpha / (self.omega_scale * (1.0 - s.momentum))
-        if threshold <= 0:
-            return
-        if s.regularizer == "nuclear":
-            weight, singular = singular_value_threshold(self.weight, threshold)
-            self.kept_rank, value = len(singular), float(singular.sum())
-        else:
-            weight = column_soft_threshold(self.weight, threshold)
-            value = float(weight.norm(dim=0).sum())
-        self.weight.copy_(weight)
-        self.omega = value / self.omega_scale
-
 
 @dataclass
 class Validation:
@@ -176,184 +179,68 @@ class Validation:
 
 def optimise(objective: CLLRObjective, tensors: Sequence[torch.Tensor], settings: Settings,
              validation: Validation | None = None) -> FitReport:
-    """At most ``settings.steps`` proximal SGD steps over shuffled row batches of ``tensors`` (anchors, keys,
-    groups); with ``validation``, its loss is measured every ``settings.eval_every`` steps, the fit stops after
-    ``settings.patience`` measurements without improvement and the best L is kept.
+    """At most ``settings.steps`` proximal SGD steps (``adaptemb.train`` with :class:`HeavyBall` and the objective's
+    proximal hook) over shuffled row batches of ``tensors`` (anchors, keys, groups); with ``validation``, its loss
+    is measured every ``settings.eval_every`` steps, the fit stops after ``settings.patience`` measurements without
+    improvement and the best L (with its rank and Ω) is kept.
 
     Runs on ``settings.device`` (CUDA when available for ``"auto"``), draws every random number from the seed and
     leaves the objective on the CPU in eval mode. On the CPU the loop runs on ``settings.loop_threads`` threads.
     """
     device = resolve_device(settings.device)
-    previous = torch.get_num_threads()
-    if device.type == "cpu" and settings.loop_threads is not None:
-        torch.set_num_threads(settings.loop_threads)
-    try:
-        return _loop(objective, tensors, settings, device, validation.to(device) if validation else None)
-    finally:
-        torch.set_num_threads(previous)
-
-
-def _loop(objective: CLLRObjective, tensors: Sequence[torch.Tensor], settings: Settings,
-          device: torch.device, validation: Validation | None) -> FitReport:
-    started = time.perf_counter()
-    rows = len(tensors[0])
-    epochs = 0
-    recent: deque[dict[str, float]] = deque(maxlen=max(1, settings.steps // 10))  # the report's training losses
-    best = _Best(objective, validation) if validation is not None else None
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(settings.seed)
-        generator = torch.Generator().manual_seed(settings.seed)
-        objective.to(device).train()
-        velocity = torch.zeros_like(objective.weight)
-        order, position = torch.arange(0), rows
-        bar = tqdm(total=settings.steps, desc="cllr", disable=None if settings.progress else True, leave=False)
-        steps = settings.steps
-        for step in range(settings.steps):
-            if best is not None and step % settings.eval_every == 0 and best.observe(objective, step, settings.patience):
-                steps = step
-                break
-            if rows - position < 2:
-                order, position, epochs = torch.randperm(rows, generator=generator), 0, epochs + 1
-            idx = order[position : position + settings.batch_size]
-            position += len(idx)
-            parts, grad = objective.loss_and_gradient([t[idx].to(device, non_blocking=True) for t in tensors])
-            velocity.mul_(settings.momentum).add_(grad)
-            objective.step(velocity)
-            recent.append(parts)
-            bar.update(1)
-            if step % 10 == 0:
-                bar.set_postfix(loss=f"{parts['loss']:.4f}", rank=objective.kept_rank)
-        bar.close()
-    val_loss = None
-    if best is not None:
-        if steps == settings.steps:
-            best.observe(objective, steps, settings.patience)  # the last L is a candidate too
-        val_loss = best.restore(objective)
-    objective.cpu().eval()
-    report = FitReport(device=str(device), seconds=time.perf_counter() - started, epochs=epochs, steps=steps,
-                       stopped_early=steps < settings.steps, train_losses=_mean_parts(recent), val_loss=val_loss,
-                       precision="float32",
-                       threads=torch.get_num_threads())
-    if best is not None:
-        report.extra["best_step"] = best.step
+    checkpoints = None
+    if validation is not None:
+        held_out = validation.to(device)
+        checkpoints = Checkpoints(lambda: held_out.loss(objective), every=settings.eval_every)
+    batches = TensorBatches(tensors, settings.batch_size, torch.Generator().manual_seed(settings.seed))
+    with loop_threads(settings, device):
+        report = train(objective, batches, training_config(settings), description="cllr", steps=settings.steps,
+                       optimizer=heavy_ball(settings), checkpoints=checkpoints)
+    objective.cpu()
+    if report.val_loss is not None:
+        report.val_loss = round(report.val_loss, 6)
     return report
 
 
-def _mean_parts(parts: Sequence[dict[str, float]]) -> dict[str, float]:
-    """Each loss component averaged over the steps given (the last tenth of the steps run)."""
-    return {name: sum(p[name] for p in parts) / len(parts) for name in parts[0]} if parts else {}
+class HeavyBall(torch.optim.Optimizer):
+    """SGD with heavy-ball momentum: ``v ← momentum·v + g``, then ``p ← p − lr·v``, each product rounded on its own
+    (torch's SGD fuses ``p − lr·v`` into one multiply-add: other last bits than the fits cllr has always made)."""
+
+    def __init__(self, params: Iterable[nn.Parameter], lr: float, momentum: float) -> None:
+        super().__init__(params, {"lr": lr, "momentum": momentum})
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                velocity = self.state[param].setdefault("velocity", torch.zeros_like(param))
+                velocity.mul_(group["momentum"]).add_(param.grad)
+                param.sub_(group["lr"] * velocity)
 
 
-class _Best:
-    """The L of the lowest held-out loss so far (with its rank and Ω), measured every ``eval_every`` steps."""
-
-    def __init__(self, objective: CLLRObjective, validation: Validation) -> None:
-        self.validation, self.loss, self.step = validation, math.inf, 0
-        self.weight, self.kept_rank, self.omega = objective.weight.detach().clone(), objective.kept_rank, objective.omega
-        self.since_best = 0  # measurements since the last improvement
-
-    def observe(self, objective: CLLRObjective, step: int, patience: int) -> bool:
-        """Measure L at ``step``; True once ``patience`` measurements in a row did not improve on the best."""
-        loss = self.validation.loss(objective)
-        if loss < self.loss:
-            self.loss, self.step, self.since_best = loss, step, 0
-            self.weight = objective.weight.detach().clone()
-            self.kept_rank, self.omega = objective.kept_rank, objective.omega
-        else:
-            self.since_best += 1
-        return self.since_best >= patience
-
-    def restore(self, objective: CLLRObjective) -> float:
-        with torch.no_grad():
-            objective.weight.copy_(self.weight)
-        objective.kept_rank, objective.omega = self.kept_rank, self.omega
-        return round(self.loss, 6)
+def heavy_ball(settings: Settings) -> Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]:
+    return lambda params: HeavyBall(params, settings.lr, settings.momentum)
 
 
-def nest_prefixes(directions: torch.Tensor, mean: torch.Tensor, anchors: torch.Tensor, candidates: torch.Tensor,
-                  anchor_ids: torch.Tensor, settings: Settings) -> tuple[torch.Tensor, dict[str, Any]]:
-    """Re-base L's row space so that its prefixes are trained codes: returns (B (r × r), report); codes ``B L x̃``.
+def training_config(settings: Settings) -> TrainingConfig:
+    """What ``adaptemb.train`` reads of the settings: seed, batch size, device, patience, progress (float32 always:
+    the proximal steps need exact arithmetic; nothing is held out by rows)."""
+    return TrainingConfig(seed=settings.seed, batch_size=settings.batch_size, lr=settings.lr, patience=settings.patience,
+                          device=settings.device, progress=settings.progress, val_fraction=0.0, precision="float32")
 
-    The teacher is the full code ``L x̃`` (``directions`` = L, r × d, spread-ordered, frozen). For a batch of
-    ``anchors`` (fit rows and the pairs' queries) against a sample of ``candidates`` (fit rows), the teacher's
-    neighbour distribution ``softmax(cos_L(a, c) / teacher_temperature)`` is the soft target of each prefix
-    ``p`` in ``settings.prefixes`` (those below r): the loss is the mean over prefixes of
-    ``−Σ_c p_T(c|a) log softmax(cos_{(B L)[:p]}(a, c) / prefix_temperature)``; a candidate that is the anchor
-    itself (``anchor_ids[a] == c``, -1 for none) is left out. B starts at the identity and takes
-    ``prefix_steps`` heavy-ball SGD steps (the loop's lr and momentum). Everything works on the r-dim teacher
-    codes, so a step costs O(batch · r²) whatever d is. B is a left factor: zero columns of L stay zero and the
-    rank cannot grow.
-    """
-    r = directions.shape[0]
-    prefixes = sorted({p for p in settings.prefixes if 1 <= p < r})
-    if not prefixes or settings.prefix_steps <= 0:
-        return torch.eye(r), {}
-    device = resolve_device(settings.device)
+
+@contextmanager
+def loop_threads(settings: Settings, device: torch.device) -> Iterator[None]:
+    """On the CPU, run the block on ``settings.loop_threads`` threads (its ops are small), then restore the count."""
     previous = torch.get_num_threads()
     if device.type == "cpu" and settings.loop_threads is not None:
         torch.set_num_threads(settings.loop_threads)
     try:
-        started = time.perf_counter()
-        za, zc = (_codes(rows, mean, directions).to(device) for rows in (anchors, candidates))
-        ta, tc = F.normalize(za, dim=1), F.normalize(zc, dim=1)
-        ids = anchor_ids.to(device)
-        generator = torch.Generator().manual_seed(settings.seed + 1)
-        basis = torch.eye(r, device=device, requires_grad=True)
-        velocity = torch.zeros_like(basis)
-        n_candidates = min(settings.prefix_candidates, len(zc))
-        losses: list[float] = []
-        bar = tqdm(total=settings.prefix_steps, desc="cllr nesting", disable=None if settings.progress else True, leave=False)
-        for _ in range(settings.prefix_steps):
-            ai = torch.randperm(len(za), generator=generator)[: settings.batch_size].to(device)
-            ci = torch.randperm(len(zc), generator=generator)[:n_candidates].to(device)
-            itself = ids[ai][:, None] == ci[None, :]
-            with torch.no_grad():
-                target = F.softmax((ta[ai] @ tc[ci].T / settings.teacher_temperature).masked_fill(itself, -torch.inf), 1)
-            with torch.enable_grad():
-                sa, sc = za[ai] @ basis.T, zc[ci] @ basis.T
-                loss = sa.new_zeros(())
-                for p in prefixes:
-                    logits = F.normalize(sa[:, :p], dim=1) @ F.normalize(sc[:, :p], dim=1).T / settings.prefix_temperature
-                    log_q = F.log_softmax(logits.masked_fill(itself, -torch.inf), dim=1)
-                    loss = loss - (target * log_q.masked_fill(itself, 0.0)).sum(1).mean() / len(prefixes)
-                (grad,) = torch.autograd.grad(loss, basis)
-            with torch.no_grad():
-                velocity.mul_(settings.momentum).add_(grad)
-                basis.sub_(settings.lr * velocity)
-            losses.append(float(loss.detach()))
-            bar.update(1)
-        bar.close()
-        tail = max(1, len(losses) // 10)
-        report = {"prefixes": prefixes, "steps": settings.prefix_steps, "seconds": round(time.perf_counter() - started, 3),
-                  "loss_first": round(losses[0], 6), "loss_last": round(sum(losses[-tail:]) / tail, 6)}
-        return basis.detach().cpu(), report
+        yield
     finally:
         torch.set_num_threads(previous)
-
-
-def _codes(rows: torch.Tensor, mean: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
-    return torch.cat([(rows[i : i + 65536].float() - mean) @ directions.T for i in range(0, len(rows), 65536)])
-
-
-def block_spread_order(weight: torch.Tensor, covariance: torch.Tensor, prefixes: Sequence[int],
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Within each block between consecutive trained prefixes, rotate the rows (orthogonally, block by block) to
-    the principal axes of that block's codes: dimensions are ordered by spread inside every block, and every
-    trained prefix keeps its span and its cosine scores exactly. Returns (W, each dimension's relative std)."""
-    bounds = [0, *sorted({p for p in prefixes if 0 < p < len(weight)}), len(weight)]
-    w = weight.double()
-    blocks = []
-    for start, stop in itertools.pairwise(bounds):
-        block = w[start:stop]
-        variances, rotation = small_eigh(block @ covariance.double() @ block.T)
-        order = torch.argsort(variances, descending=True)
-        rotation = rotation[:, order]
-        pivot = rotation.abs().argmax(dim=0)
-        rotation = rotation * torch.sign(rotation[pivot, torch.arange(len(order))])[None, :]
-        blocks.append(rotation.T @ block)
-    out = torch.cat(blocks).to(weight.dtype)
-    spread = (out.double() @ covariance.double() * out.double()).sum(dim=1).clamp_min(0).sqrt()
-    return out, spread.float()
 
 
 def singular_value_threshold(weight: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
