@@ -25,6 +25,7 @@ from adaptemb.codes.base import (
 from adaptemb.codes.binary import BinaryCodes
 from adaptemb.codes.binary_sparse import BinarySparseCodes
 from adaptemb.codes.dense import DenseCodes
+from adaptemb.codes.packed_sparse import PackedSparseCodes
 from adaptemb.codes.projected import ProjectedQueries
 from adaptemb.codes.quantized import QuantizedCodes
 from adaptemb.codes.sparse import SparseCodes
@@ -35,6 +36,7 @@ __all__ = [
     "BinarySparseCodes",
     "Codes",
     "DenseCodes",
+    "PackedSparseCodes",
     "ProjectedQueries",
     "QuantizedCodes",
     "RowColumn",
