@@ -10,6 +10,7 @@ import torch
 
 from adaptemb.budgets import Budgets
 from adaptemb.codes import Codes
+from adaptemb.compose import composed_class  # noqa: F401 - importing it installs the "a+b" composer in the registry
 from adaptemb.compressor import Array
 from adaptemb.errors import CorruptFileError
 from adaptemb.index.bound import BRUTE_FORCE, CompressedIndex
@@ -28,7 +29,8 @@ from adaptemb.serialization import (
 
 
 def get_compressor(method: str, **params: Any) -> Compressor:
-    """An unfitted compressor of ``method`` configured with ``params``."""
+    """An unfitted compressor of ``method`` configured with ``params``; ``"projection+quantizer"`` names a composed
+    code (``ComposedCompressor``: each part's parameters nested, ``projection=dict(...)``, or flat)."""
     return get_registry().get(method)(**params)
 
 

@@ -151,12 +151,17 @@ class CompressorCore(ABC):
         self._require_fitted()
         return self._budgets()
 
-    def encode(self, x: Array, k: int | None = None, *, batch_size: int = 65536, input_kind: InputKind = "float",
-               input_scale: Any = None, input_offset: Any = None, input_dim: int | None = None) -> Codes:
+    def encode(self, x: Array, k: int | None = None, *, bytes: float | None = None,
+               batch_size: int = 65536, input_kind: InputKind = "float", input_scale: Any = None,
+               input_offset: Any = None, input_dim: int | None = None) -> Codes:
         """Encode embeddings ``x`` (n, d) at budget ``k`` (``None``: the method's default, or its natural mode
         where it has one: ``natural_budget``), ``batch_size`` rows at a time, through the method's ``_encode``.
 
-        ``input_kind`` / ``input_scale`` / ``input_offset`` / ``input_dim`` read integer embeddings as ``fit`` does."""
+        ``bytes``: instead of ``k``, the largest budget whose codes take at most this many bytes per vector
+        (``budget_for_bytes``). ``input_kind`` / ``input_scale`` / ``input_offset`` / ``input_dim`` read integer
+        embeddings as ``fit`` does."""
+        if bytes is not None:
+            k = self._budget_within_bytes(bytes, k)
         spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
         rows, kept = _as_given(self, x, spec, "embeddings", k, keep=True)
         if kept is not None:
@@ -208,6 +213,26 @@ class CompressorCore(ABC):
         rows = torch.randn(64, self.dim, generator=self.generator) if sample is None else as_matrix(
             sample, name="sample", dim=self.dim)
         return largest_budget_within(nbytes, options, lambda k: self.encode(rows, k=k).bytes_per_vector)
+
+    def _budget_within_bytes(self, nbytes: float, k: int | None) -> int:
+        """``budget_for_bytes(nbytes)`` for ``encode(x, bytes=nbytes)``; an ``InvalidConfigError`` when ``k`` is given
+        too, when ``nbytes`` is not a positive number or when no budget fits it (naming the smallest code's size)."""
+        if k is not None:
+            raise InvalidConfigError(f"pass k={k!r} or bytes={nbytes!r}, not both: bytes= picks the budget k",
+                                     parameter="bytes", value=nbytes, valid="bytes=None when k is given")
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float, np.integer, np.floating)) or not nbytes > 0:
+            raise InvalidConfigError(f"bytes must be a positive number of bytes per vector; got {nbytes!r}",
+                                     parameter="bytes", value=nbytes, valid="a number > 0")
+        self._require_fitted()
+        budget = self.budget_for_bytes(float(nbytes))
+        if budget is None:
+            smallest = self.budgets().options()[0]
+            assert self.dim is not None
+            size = self.encode(torch.randn(1, self.dim, generator=self.generator), k=smallest).bytes_per_vector
+            raise InvalidConfigError(f"no budget of {self.name} fits {nbytes} bytes per vector: its smallest code "
+                                     f"(k={smallest}) takes {size:g}", parameter="bytes", value=nbytes,
+                                     valid=f"bytes >= {size:g}")
+        return budget
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """The fitted tensors, contiguous and on the CPU (what ``save`` writes)."""

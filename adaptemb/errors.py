@@ -25,6 +25,18 @@ class UnknownCompressorError(AdaptembError, KeyError, ValueError):
         return f"unknown compressor {self.name!r}{hint}; available: {listing}"
 
 
+class UnknownCompositionError(UnknownCompressorError):
+    """A ``"projection+quantizer"`` name whose parts are not a registered projection and quantiser."""
+
+    def __init__(self, name: str, problem: str, projections: Iterable[str], quantizers: Iterable[str]) -> None:
+        self.problem, self.projections, self.quantizers = problem, sorted(projections), sorted(quantizers)
+        super().__init__(name, [f"{p}+{q}" for p in self.projections for q in self.quantizers])
+
+    def __str__(self) -> str:
+        return (f"unknown compressor {self.name!r}: {self.problem}. A composed method is 'projection+quantizer'; "
+                f"projections: {', '.join(self.projections) or 'none'}; quantizers: {', '.join(self.quantizers) or 'none'}")
+
+
 class DuplicateCompressorError(AdaptembError, ValueError):
     """Two plugins registered the same method name."""
 

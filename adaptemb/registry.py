@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -25,9 +25,15 @@ import pydantic
 
 from adaptemb._version import __version__
 from adaptemb.codes import Codes
-from adaptemb.errors import DuplicateCompressorError, DuplicateIndexError, UnknownCompressorError
+from adaptemb.errors import (
+    DuplicateCompressorError,
+    DuplicateIndexError,
+    UnknownCompositionError,
+    UnknownCompressorError,
+)
 from adaptemb.index.base import Index
 from adaptemb.index.dense import DenseIndex
+from adaptemb.index.float_binary import FloatBinaryIndex
 from adaptemb.index.quantized import BinaryIndex, Int8Index
 from adaptemb.index.sparse import SparseIndex
 
@@ -57,6 +63,18 @@ DISABLE_ENV_VAR = "ADAPTEMB_DISABLE_PLUGINS"
 BUILTIN_INDEX_PLUGIN = "adaptemb-index-backends"
 
 # -- the registries -------------------------------------------------------------------------------
+
+COMPOSE_SEPARATOR = "+"
+"""Joins a projection and a quantiser into one method name: ``"svd+rabitq"``."""
+_COMPOSER: Callable[[type, type], type] | None = None
+
+
+def set_composer(composer: Callable[[type, type], type]) -> None:
+    """Install the function that builds the class of ``"projection+quantizer"`` from the two registered classes
+    (``adaptemb.compose`` installs it; the registry, below the compressors, cannot import it)."""
+    global _COMPOSER  # one composer per process, installed once by adaptemb.compose
+    _COMPOSER = composer
+
 
 COMPRESSOR_INTERFACE = ("fit", "encode", "encode_queries", "score", "budgets", "index", "save")
 """What a registered compressor class must offer: what ``adaptemb.Compressor`` subclasses inherit."""
@@ -129,14 +147,46 @@ class CompressorRegistry(_Attributed):
         self._entries[name] = CompressorInfo(name, cls, self._current, summary, getattr(cls, "budget_help", ""))
 
     def get(self, name: str) -> Any:
-        """The class registered as ``name``; an unknown name lists what exists."""
+        """The class registered as ``name``, or the composed class of ``"projection+quantizer"``; an unknown
+        name lists what exists."""
+        if isinstance(name, str) and COMPOSE_SEPARATOR in name:
+            return self.info(name).cls
         if not isinstance(name, str) or name not in self._entries:
             raise UnknownCompressorError(str(name), self._entries)
         return self._entries[name].cls
 
     def info(self, name: str) -> CompressorInfo:
+        if isinstance(name, str) and COMPOSE_SEPARATOR in name:
+            return self._composed(name)
         self.get(name)
         return self._entries[name]
+
+    def with_role(self, role: str) -> list[str]:
+        """The registered methods that declare ``role`` (``"projection"`` or ``"quantizer"``), sorted."""
+        return [name for name in self.names() if getattr(self._entries[name].cls, "role", None) == role]
+
+    def compositions(self) -> list[str]:
+        """Every ``"projection+quantizer"`` name the registered methods compose."""
+        return [f"{p}{COMPOSE_SEPARATOR}{q}" for p in self.with_role("projection") for q in self.with_role("quantizer")]
+
+    def _composed(self, name: str) -> CompressorInfo:
+        """The info of a composed method: its parts looked up by name and checked for their declared roles."""
+        parts = name.split(COMPOSE_SEPARATOR)
+        problems = [] if len(parts) == 2 else [f"a composed method has two parts, got {len(parts)}"]
+        for part, role in zip(parts, ("projection", "quantizer")):
+            entry = self._entries.get(part)
+            if not problems and entry is None:
+                problems.append(f"{part!r} is not a registered method")
+            elif not problems and getattr(entry.cls, "role", None) != role:  # type: ignore[union-attr]
+                problems.append(f"{part!r} is not a {role}")
+        if problems or _COMPOSER is None:
+            raise UnknownCompositionError(name, problems[0] if problems else "no composer is loaded",
+                                          self.with_role("projection"), self.with_role("quantizer"))
+        projection, quantizer = self._entries[parts[0]], self._entries[parts[1]]
+        cls = _COMPOSER(projection.cls, quantizer.cls)
+        source = PluginSource(f"{projection.source.plugin}{COMPOSE_SEPARATOR}{quantizer.source.plugin}",
+                              projection.source.package, projection.source.version)
+        return CompressorInfo(name, cls, source, (inspect.getdoc(cls) or "").split("\n", 1)[0], cls.budget_help)
 
     def names(self) -> list[str]:
         return sorted(self._entries)
@@ -249,7 +299,7 @@ class _CoreIndexBackends:
 
     @hookimpl
     def register_index_backends(self, registry: IndexRegistry) -> None:
-        for backend in (DenseIndex, SparseIndex, BinaryIndex, Int8Index):
+        for backend in (DenseIndex, SparseIndex, BinaryIndex, Int8Index, FloatBinaryIndex):
             registry.add(backend)
 
 

@@ -13,6 +13,7 @@ Set a fixed count with ``adaptemb.set_threads(n)`` or the ``ADAPTEMB_NUM_THREADS
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -94,13 +95,20 @@ def _cpu_times() -> tuple[float, float, float] | None:
     return total - idle, total, float(own[11]) + float(own[12])  # utime, stime (fields 14 and 15)
 
 
+_NESTING = threading.local()
+
+
 @contextmanager
 def compute_threads(count: int | None = None) -> Iterator[int]:
-    """Run a block with torch's intra-op pool at ``count`` threads (default: ``choose_threads()``), restored after."""
-    chosen = choose_threads() if count is None else count
+    """Run a block with torch's intra-op pool at ``count`` threads (default: ``choose_threads()``; inside another
+    such block, e.g. a composition fitting its parts, the outer block's count), restored after."""
+    depth = getattr(_NESTING, "depth", 0)
+    chosen = count if count is not None else torch.get_num_threads() if depth else choose_threads()
     previous = torch.get_num_threads()
     torch.set_num_threads(chosen)
+    _NESTING.depth = depth + 1
     try:
         yield chosen
     finally:
+        _NESTING.depth = depth
         torch.set_num_threads(previous)

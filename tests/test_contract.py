@@ -11,6 +11,13 @@ for _info in adaptemb.list_compressors():
     _builtin = _info.source.package == "adaptemb"
     globals()[_name] = type(_name, (CompressorContract,), {"method": _info.name, "allow_brute_force": not _builtin})
 
+# every declared projection followed by every declared quantiser (third-party parts join by declaring their role)
+_registry = adaptemb.get_registry()
+for _composed in _registry.compositions():
+    _name = f"TestContract_{_composed.replace('+', '_then_')}"
+    _builtin = all(_registry.info(part).source.package == "adaptemb" for part in _composed.split("+"))
+    globals()[_name] = type(_name, (CompressorContract,), {"method": _composed, "allow_brute_force": not _builtin})
+
 
 class TestContract_mrl_linear_adapter(CompressorContract):
     """``mrl`` with its learned adapter is a different fitted state: run the contract on it too."""
@@ -33,4 +40,20 @@ class TestContract_bsa_cosine(CompressorContract):
 
     method = "bsa"
     params: ClassVar[dict[str, object]] = {"scoring": "cosine"}
+    allow_brute_force = False
+
+
+class TestContract_mrl_linear_adapter_then_binary(CompressorContract):
+    """The mrl adapter as a composition's projection, before sign bits."""
+
+    method = "mrl+binary"
+    params: ClassVar[dict[str, object]] = {"projection": {"adapter": "linear", "epochs": 1, "progress": False}}
+    allow_brute_force = False
+
+
+class TestContract_svd_then_rabitq_unrotated(CompressorContract):
+    """A composition without the rotation (the composed contract classes fit with the random one)."""
+
+    method = "svd+rabitq"
+    params: ClassVar[dict[str, object]] = {"rotation": "none"}
     allow_brute_force = False

@@ -1,0 +1,263 @@
+"""``ComposedCompressor``: a fitted projection, an optional orthogonal rotation and a quantiser, as one method.
+
+``"svd+rabitq"``: the projection (a method declaring ``role = "projection"``) maps an embedding to its first
+``k`` values; the rotation (``adaptemb.compose.rotation``) centres and rotates them; the quantiser (``role =
+"quantizer"``) stores the result as its own codes, which its own index backend searches. ``k`` is the projection
+rank. One fit prepares a set of ranks: the quantiser (and rotation) is fitted once per rank, on the fit rows
+projected to that rank, so ``encode(x, bytes=B)`` picks the largest prepared rank whose codes fit B (by default
+the ranks that fill 1, 2, 3, 4, 6, 8, 12, 16, 24, ... bytes, measured on the quantiser's own codes, and the full
+rank). A quantiser whose code size it fixes itself per fit (pq, opq: ``Budgets.per_fit``) is fitted at one rank.
+
+Queries: a quantiser that scores float queries itself (``symmetric = False``: rabitq, sq, pq) gets the projected,
+rotated float query; documents of a symmetric quantiser are searched by the float query where an index backend
+serves float queries against its codes (binary: ``<q, ±1>``, ``adaptemb.index.float_binary``), else queries are
+quantised like documents (int8; or ``float_queries=False``). Saved as one safetensors file: the projection's
+tensors under ``projection.``, each rank's quantiser under ``rank{r}.quantizer.`` and its rotation under
+``rank{r}.``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from adaptemb.budgets import Budgets, largest_budget_within
+from adaptemb.codes import Codes, DenseCodes
+from adaptemb.compose.config import ComposedConfig, make_composed_config
+from adaptemb.compose.rotation import Rotation, fit_rotation
+from adaptemb.errors import InvalidConfigError
+from adaptemb.linalg import has_direction
+from adaptemb.method import Compressor
+from adaptemb.registry import get_index_registry
+from adaptemb.serialization import split_prefix
+
+SIZE_SAMPLE_ROWS = 1024
+"""Fit rows a quantiser is fitted on to measure its code size at a candidate rank (more where the rank is larger)."""
+_SCORE_BLOCK = 4096
+
+
+def default_byte_ladder(largest: float) -> list[int]:
+    """1, 2, 3, 4, 6, 8, 12, 16, 24, ... (powers of two and 1.5 times them) below ``largest`` bytes."""
+    ladder, power = set(), 1
+    while power < largest:
+        ladder |= {b for b in (power, 3 * power // 2) if b < largest}
+        power *= 2
+    return sorted(ladder)
+
+
+class ComposedCompressor(Compressor):
+    """A projection, an optional orthogonal rotation, then a quantiser, fitted and saved as one method."""
+
+    Projection: ClassVar[type[Compressor]]
+    Quantizer: ClassVar[type[Compressor]]
+    Config: ClassVar[type[ComposedConfig]] = ComposedConfig
+    budget_help = ("projection rank r (the quantiser codes r values); the fit prepares the ranks that fill "
+                   "1, 2, 3, 4, 6, 8, 12, ... bytes and the full rank; encode(x, bytes=B) picks one")
+    config: ComposedConfig
+
+    def __init__(self, config: ComposedConfig | None = None, **params: Any) -> None:
+        super().__init__(config, **params)
+        self._quantizer_template = self.Quantizer(config=self.config.quantizer)  # type: ignore[attr-defined]
+        self._sizes: dict[int, float] = {}
+
+    @classmethod
+    def make_config(cls, **params: Any) -> ComposedConfig:
+        return make_composed_config(cls, params)
+
+    # -- what the composition declares, from its parts ----------------------------------------------
+
+    @property
+    def doc_kind(self) -> str | None:  # type: ignore[override]  # the quantiser's, which its config may decide
+        return self._quantizer_template.doc_kind
+
+    @property
+    def float_queries(self) -> bool:
+        """True when queries stay float (projected and rotated) against the quantised documents."""
+        if not self._quantizer_template.symmetric:
+            return True
+        kind = self.doc_kind
+        return self.config.float_queries and kind is not None and get_index_registry().for_kinds("dense", kind) is not None
+
+    @property
+    def symmetric(self) -> bool:  # type: ignore[override]
+        return not self.float_queries
+
+    @property
+    def query_kind(self) -> str | None:
+        if not self._quantizer_template.symmetric:
+            return self._quantizer_template.query_kind
+        return "dense" if self.float_queries else self.doc_kind
+
+    @property
+    def rotation_kind(self) -> str:
+        """The rotation this config fits: ``rotation``, with ``auto`` resolved by the quantiser's ``sign_bits``."""
+        if self.config.rotation != "auto":
+            return self.config.rotation
+        return "random" if self.Quantizer.sign_bits else "none"
+
+    # -- fit -----------------------------------------------------------------------------------------
+
+    def _fit(self, x: torch.Tensor, **supervision: Any) -> None:
+        projection = self.Projection(config=self.config.projection)  # type: ignore[attr-defined]
+        own = {key: value for key, value in supervision.items() if key in self.Projection.fit_inputs}
+        rows = x
+        if projection.normalizes_rows:  # it leaves rows without a direction out: do so here, without its warning
+            keep = has_direction(x)[:, 0]
+            rows = x[keep]
+            own = {key: (value[keep] if key == "labels" else value) for key, value in own.items()}
+        projection.fit(rows, **own)
+        self._projection, self._stages, self._sizes = projection, {}, {}
+        for rank in self._plan_ranks(x):
+            self._stages[rank] = self._fit_stage(x, rank, supervision)
+        if self.config.k is not None and self.config.k not in self._stages:
+            raise InvalidConfigError(f"{self.name}: k={self.config.k} is not a rank of the projection "
+                                     f"({projection.budgets().describe()})", parameter="k", value=self.config.k)
+        self.fit_report = {"ranks": sorted(self._stages), "rotation": self.rotation_kind,
+                           "bytes_per_vector": {r: self._code_bytes(r) for r in sorted(self._stages)},
+                           "projection": projection.fit_report}
+
+    def _fit_stage(self, x: torch.Tensor, rank: int, supervision: dict[str, Any]) -> tuple[Rotation | None, Compressor]:
+        """The rotation and the quantiser fitted on the rows projected to ``rank``; supervision the quantiser
+        learns from goes to it (pairs projected and rotated like the rows)."""
+        y = self._projected(x, rank)
+        rotation = fit_rotation(y, self.rotation_kind, self.config.seed, self.config.itq_iterations)
+        mine = {key: value for key, value in supervision.items() if key in self.Quantizer.fit_inputs}
+        if "pairs" in mine:
+            mine["pairs"] = tuple(_documents(rotation, self._projected(side, rank)) for side in mine["pairs"])
+        quantizer = self.Quantizer(config=self.config.quantizer)  # type: ignore[attr-defined]
+        return rotation, quantizer.fit(_documents(rotation, y), **mine)
+
+    def _plan_ranks(self, x: torch.Tensor) -> list[int]:
+        """The ranks to prepare: the largest rank whose codes fit each byte budget (sizes measured by fitting the
+        quantiser on a sample of projected rows), the full rank and ``k``; only ``k`` (or the full rank) for a
+        quantiser that fixes its size per fit."""
+        options = self._projection.budgets().options()
+        full = options[-1]
+        sample = x[: min(len(x), max(SIZE_SAMPLE_ROWS, 2 * full))]
+        sizes: dict[int, float] = {}
+
+        def size(rank: int) -> float:
+            if rank not in sizes:
+                sizes[rank] = self._sample_size(sample, rank)
+            return sizes[rank]
+
+        probe = self.Quantizer(config=self.config.quantizer).fit(self._projected(sample, full))  # type: ignore[attr-defined]
+        if probe.budgets().per_fit:
+            return [self.config.k or full]
+        sizes[full] = float(probe.encode(self._projected(sample[:1], full)).bytes_per_vector)
+        budgets = self.config.byte_budgets or default_byte_ladder(sizes[full])
+        ranks = {largest_budget_within(nbytes, options, size) for nbytes in budgets}
+        return sorted(r for r in ranks | {full, self.config.k} if r is not None)
+
+    def _sample_size(self, sample: torch.Tensor, rank: int) -> float:
+        """Bytes per vector of the quantiser's codes at ``rank`` (infinite where it cannot code that rank)."""
+        try:
+            quantizer = self.Quantizer(config=self.config.quantizer).fit(self._projected(sample, rank))  # type: ignore[attr-defined]
+            return float(quantizer.encode(self._projected(sample[:1], rank)).bytes_per_vector)
+        except (ValueError, TypeError, RuntimeError):
+            return math.inf
+
+    def _projected(self, x: torch.Tensor, rank: int) -> torch.Tensor:
+        return torch.from_numpy(self._projection.encode(x, k=rank).to_dense())
+
+    # -- encode, score, budgets ------------------------------------------------------------------------
+
+    def _encode(self, x: torch.Tensor, k: int) -> Codes:
+        rotation, quantizer = self._stages[k]
+        return quantizer.encode(_documents(rotation, self._projected(x, k)))
+
+    def _encode_queries(self, x: torch.Tensor, k: int | None) -> Codes:
+        assert k is not None
+        rotation, quantizer = self._stages[k]
+        y = self._projected(x, k)
+        floats = y if rotation is None else rotation.queries(y)
+        if not quantizer.symmetric:
+            return quantizer.encode_queries(floats)
+        return DenseCodes(np.ascontiguousarray(floats.numpy()))
+
+    def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
+        """The quantiser's scores of the query codes against the documents; for float queries against a symmetric
+        quantiser's codes, ``<q, doc.to_dense()>`` (what the float-query index backend ranks by)."""
+        _, quantizer = self._stage_of(doc_codes)
+        if not (quantizer.symmetric and self.float_queries):
+            return quantizer.score(query_codes, doc_codes)
+        if not isinstance(query_codes, DenseCodes) or query_codes.dim != doc_codes.dim:
+            raise TypeError(f"{self.name} scores float queries from its encode_queries against its codes")
+        out = np.empty((len(query_codes), len(doc_codes)), dtype=np.float32)
+        for start in range(0, len(doc_codes), _SCORE_BLOCK):
+            block = doc_codes[start : start + _SCORE_BLOCK]
+            out[:, start : start + len(block)] = query_codes.values @ block.to_dense().T
+        return out
+
+    def index_options(self, doc_codes: Codes) -> dict[str, Any]:
+        _, quantizer = self._stage_of(doc_codes)
+        return quantizer.index_options(doc_codes) if not quantizer.symmetric else {}
+
+    def query_budget(self, doc_codes: Codes) -> int | None:
+        """The rank the documents were encoded at: their codes' dimension."""
+        return doc_codes.dim if doc_codes.dim in self._stages else None
+
+    def _stage_of(self, doc_codes: Codes) -> tuple[Rotation | None, Compressor]:
+        self._require_fitted()
+        if doc_codes.dim not in self._stages:
+            raise ValueError(f"{self.name} codes have one of the ranks {sorted(self._stages)} as their dimension; "
+                             f"got {doc_codes.dim}: score codes from this compressor's encode()")
+        return self._stages[doc_codes.dim]
+
+    def _budgets(self) -> Budgets:
+        ranks = sorted(self._stages)
+        contiguous = ranks == list(range(ranks[0], ranks[-1] + 1))
+        return Budgets(low=ranks[0], high=ranks[-1], default=self.config.k or ranks[-1],
+                       values=None if contiguous else tuple(ranks), per_fit=True)
+
+    def budget_for_bytes(self, nbytes: float, sample: Any = None) -> int | None:
+        """The largest prepared rank whose codes take at most ``nbytes`` per vector (None: none does)."""
+        self._require_fitted()
+        fits = [rank for rank in self._stages if self._code_bytes(rank) <= nbytes]
+        return max(fits) if fits else None
+
+    def _code_bytes(self, rank: int) -> float:
+        if rank not in self._sizes:
+            _, quantizer = self._stages[rank]
+            self._sizes[rank] = float(quantizer.encode(torch.ones(1, rank)).bytes_per_vector)
+        return self._sizes[rank]
+
+    # -- state ---------------------------------------------------------------------------------------
+
+    def _state(self) -> dict[str, torch.Tensor]:
+        state = {"ranks": torch.tensor(sorted(self._stages), dtype=torch.int64)}
+        state.update({f"projection.{key}": t for key, t in self._projection.state_tensors().items()})
+        for rank, (rotation, quantizer) in self._stages.items():
+            state.update({f"rank{rank}.quantizer.{key}": t for key, t in quantizer.state_tensors().items()})
+            state.update({f"rank{rank}.{key}": t for key, t in (rotation.tensors() if rotation else {}).items()})
+        return state
+
+    def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        ranks = [int(r) for r in tensors["ranks"].tolist()]
+        if not ranks or ranks != sorted(set(ranks)) or ranks[0] < 1:
+            raise ValueError(f"ranks must be distinct ascending positive ranks; got {ranks}")
+        self._projection = self.Projection(config=self.config.projection)  # type: ignore[attr-defined]
+        assert self.dim is not None  # restore() sets it first: the projection is restored at the input dimension
+        self._projection.restore(self.dim, split_prefix(tensors, "projection."))
+        self._stages, self._sizes = {}, {}
+        for rank in ranks:
+            own = split_prefix(tensors, f"rank{rank}.")
+            rotation = None if self.rotation_kind == "none" else Rotation.from_tensors(own, rank)
+            quantizer = self.Quantizer(config=self.config.quantizer)  # type: ignore[attr-defined]
+            quantizer.restore(rank, split_prefix(own, "quantizer."))
+            self._stages[rank] = (rotation, quantizer)
+
+    def restore(self, dim: int, tensors: dict[str, torch.Tensor]) -> None:
+        self.dim = dim
+        try:
+            super().restore(dim, tensors)
+        except BaseException:
+            self.dim = None
+            raise
+
+
+def _documents(rotation: Rotation | None, y: torch.Tensor) -> torch.Tensor:
+    return y if rotation is None else rotation.documents(y)
