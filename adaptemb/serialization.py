@@ -438,11 +438,12 @@ def _check_codes_header(source: Path, header: object) -> None:
         )
 
 
-def existing_file(path: str | Path) -> Path:
-    """``path`` as a Path; ``IsADirectoryError`` for a folder, else ``FileNotFoundError``, each naming it."""
+def existing_file(path: str | Path, missing: str | None = None) -> Path:
+    """``path`` as a Path; ``IsADirectoryError`` for a folder, else ``FileNotFoundError``, each naming it (``missing``:
+    the message for a missing file instead of ``no such file: PATH``, e.g. where to get it)."""
     source = Path(path)
     if source.is_dir():
         raise is_a_directory(source)
     if not source.is_file():
-        raise FileNotFoundError(f"no such file: {source}")
+        raise FileNotFoundError(missing or f"no such file: {source}")
     return source

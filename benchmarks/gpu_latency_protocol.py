@@ -15,7 +15,6 @@ queries) and (2) the paper's form, both sides CSR and one sparse×sparse product
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import warnings
@@ -26,10 +25,15 @@ from typing import Any
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from records import write_record  # a sibling benchmark module
+
+from adaptemb import resolve_device
 from adaptemb.codes import Codes, SparseCodes
 from adaptemb.evaluate.latency import summarize, synthetic_dense, synthetic_sparse, time_rounds, timed
 from adaptemb.evaluate.machine import describe, machine_info
-from adaptemb.index import DenseIndex, SparseIndex, faiss_gpu_available, resolve_device
+from adaptemb.index import DenseIndex, SparseIndex, faiss_gpu_available
 from adaptemb.index.sparse import torch_csr
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -120,9 +124,7 @@ def main(argv: list[str] | None = None) -> int:
               "load_average_end": machine_info()["load_average"], "argv": sys.argv[1:]}
     slug = re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-")
     out = args.out or RESULTS / f"latency_protocol_{slug}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_record(out, record)
     return 0
 
 

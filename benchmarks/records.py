@@ -1,4 +1,5 @@
-"""Appending benchmark records to a JSON list file, atomically (shared by the benchmark scripts)."""
+"""Writing benchmark records: appended to a JSON list file, or one record to its own file; atomically (shared by the
+benchmark scripts)."""
 
 from __future__ import annotations
 
@@ -16,3 +17,10 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
     records.append(record)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: tmp.write_text(json.dumps(records, indent=1) + "\n"))
+
+
+def write_record(path: Path, record: dict[str, Any]) -> None:
+    """Write ``record`` as the JSON file ``path`` (created with its folder) and say where."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(record, indent=2) + "\n"))
+    print(f"wrote {path}")

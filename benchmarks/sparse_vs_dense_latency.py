@@ -15,7 +15,6 @@ them as a TopK(ReLU(x W)) of the dense vectors with a random W (slower to build,
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from functools import partial
 from pathlib import Path
@@ -24,10 +23,15 @@ import faiss
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from records import write_record  # a sibling benchmark module
+
+from adaptemb import resolve_device
 from adaptemb.codes import SparseCodes
 from adaptemb.evaluate.latency import synthetic_dense, synthetic_sparse, time_search, timed
 from adaptemb.evaluate.machine import describe, machine_info
-from adaptemb.index import DenseIndex, SparseIndex, resolve_device
+from adaptemb.index import DenseIndex, SparseIndex
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -111,9 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine, "load_average_end": machine_info()["load_average"], "argv": sys.argv[1:],
     }
     out = args.out or RESULTS / f"sparse_vs_dense_latency_{device.split(':')[0]}_{args.n}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_record(out, record)
     return 0
 
 

@@ -115,20 +115,31 @@ def run_sampled(command: list[str], **popen: Any) -> tuple[float, int, int]:
     return time.perf_counter() - started, peak_rss, peak_pss
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def stream_arguments(doc: str | None) -> argparse.ArgumentParser:
+    """The options both streaming benchmarks take: rows, method, budget, engine, work and results folders."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--method", default="csr")
-    parser.add_argument("--k", type=int, default=32)
-    parser.add_argument("--work", type=Path, default=Path("/tmp/adaptemb-stream"))
-    parser.add_argument("--check-rows", type=int, default=20_000)
+    parser.add_argument("--k", type=int, default=32, help="budget the codes are written or scored at")
     parser.add_argument("--engine", choices=["local", "ray"], default="local")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/adaptemb-stream"))
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
-    args = parser.parse_args()
+    return parser
 
+
+def stream_source(args: argparse.Namespace) -> tuple[np.ndarray, Path]:
+    """The 768-d stand-in rows and the parquet file of ``args.rows`` rows made from them in ``args.work``."""
     args.work.mkdir(parents=True, exist_ok=True)
     base = definitions_768()
-    source = source_file(args.work, base, args.rows)
+    return base, source_file(args.work, base, args.rows)
+
+
+def main() -> None:
+    parser = stream_arguments(__doc__)
+    parser.add_argument("--check-rows", type=int, default=20_000)
+    args = parser.parse_args()
+
+    base, source = stream_source(args)
     model = args.work / f"{args.method}.safetensors"
     if not model.exists():  # one model per work folder: both engines' shards can then be compared file by file
         fit_rows = base[np.random.default_rng(0).choice(len(base), 5_000, replace=False)]

@@ -17,7 +17,6 @@ record shows what reading every row bought. A record (rows/s, peak memory, both 
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -28,8 +27,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from records import append_record
-from standin768 import definitions_768, wordnet_examples_768
-from streaming_encode import run_sampled, source_file
+from standin768 import wordnet_examples_768
+from streaming_encode import run_sampled, stream_arguments, stream_source
 
 import adaptemb
 from adaptemb.evaluate.machine import machine_info
@@ -43,19 +42,11 @@ def examples_ndcg(compressor: adaptemb.Compressor, k: int | None) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--method", default="csr")
+    parser = stream_arguments(__doc__)
     parser.add_argument("-p", "--param", action="append", default=[], help="NAME=VALUE, as adaptemb fit -p")
-    parser.add_argument("--k", type=int, default=32, help="budget the codes are scored at")
-    parser.add_argument("--engine", choices=["local", "ray"], default="local")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/adaptemb-stream"))
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = parser.parse_args()
 
-    args.work.mkdir(parents=True, exist_ok=True)
-    base = definitions_768()
-    source = source_file(args.work, base, args.rows)
+    base, source = stream_source(args)
     model = args.work / f"{args.method}-stream-fit.safetensors"
     params = [item for p in args.param for item in ("-p", p)]
     command = [sys.executable, "-m", "adaptemb", "fit", "-m", args.method, "-i", str(source), "-o", str(model),

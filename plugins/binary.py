@@ -10,7 +10,6 @@ from pydantic import Field
 
 from adaptemb import (
     BinaryCodes,
-    Budgets,
     Codes,
     CompressedIndex,
     Compressor,
@@ -23,6 +22,8 @@ from adaptemb import (
     hookimpl,
 )
 
+from .unbudgeted import Unbudgeted
+
 
 class BinaryConfig(CompressorConfig):
     threshold: Literal["mean", "zero"] = Field(
@@ -34,7 +35,7 @@ class BinaryConfig(CompressorConfig):
     )
 
 
-class BinaryCompressor(Compressor):
+class BinaryCompressor(Unbudgeted, Compressor):
     """Sign bits packed 8 per byte (32x smaller than float32); +-1 dot / Hamming scoring."""
 
     name = "binary"
@@ -44,7 +45,6 @@ class BinaryCompressor(Compressor):
     exportable = True
     doc_kind = "binary"
     accepts_input_kinds = ("ubinary",)
-    decodes = True
     config: BinaryConfig
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
@@ -75,13 +75,6 @@ class BinaryCompressor(Compressor):
 
     def encoder(self, k: int) -> torch.nn.Module:
         return _SignBits(self._threshold)
-
-    def _decode(self, codes: Codes) -> torch.Tensor:
-        return torch.from_numpy(codes.to_dense())
-
-    def _budgets(self) -> Budgets:
-        assert self.dim is not None
-        return Budgets.unbudgeted(self.dim)
 
     def _state(self) -> dict[str, torch.Tensor]:
         return {"threshold": self._threshold.contiguous()}

@@ -9,7 +9,6 @@ import torch
 from pydantic import Field
 
 from adaptemb import (
-    Budgets,
     Codes,
     Compressor,
     CompressorConfig,
@@ -19,6 +18,8 @@ from adaptemb import (
     QuantizedCodes,
     hookimpl,
 )
+
+from .unbudgeted import Unbudgeted
 
 _LEVELS = 127  # codes lie in [-127, 127], symmetric around each dimension's calibrated centre
 _QUANTILE_SAMPLE_ROWS = 100_000
@@ -33,7 +34,7 @@ class Int8Config(CompressorConfig):
     )
 
 
-class Int8Compressor(Compressor):
+class Int8Compressor(Unbudgeted, Compressor):
     """int8 scalar quantisation with per-dimension ranges calibrated on the fit data."""
 
     name = "int8"
@@ -43,7 +44,6 @@ class Int8Compressor(Compressor):
     exportable = True
     doc_kind = "int8"
     accepts_input_kinds = ("int8",)
-    decodes = True
     config: Int8Config
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
@@ -92,13 +92,6 @@ class Int8Compressor(Compressor):
 
     def encoder(self, k: int) -> torch.nn.Module:
         return _Quantise(self._offset, self._scale)
-
-    def _decode(self, codes: Codes) -> torch.Tensor:
-        return torch.from_numpy(codes.to_dense())
-
-    def _budgets(self) -> Budgets:
-        assert self.dim is not None
-        return Budgets.unbudgeted(self.dim)
 
     def _state(self) -> dict[str, torch.Tensor]:
         return {"scale": self._scale, "offset": self._offset}

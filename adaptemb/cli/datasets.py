@@ -51,38 +51,16 @@ def build_command(
         "--backbone", help="wordnet: a local sentence-transformers/transformers model folder (default: bundled "
         "all-MiniLM-L6-v2). fashion-mnist: efficientnet-lite0 (default), timm:NAME, open_clip:NAME (with --weights) "
         "or a saved timm folder.")] = None,
-    limit: Annotated[
-        int | None,
-        typer.Option(
-            "--limit",
-            min=5,
-            help="wordnet: corpus rows (default all 32,663). fashion-mnist: training images, test "
-            "images = limit/5 (default all 60,000 on GPU, 5,000 on CPU).",
-        ),
-    ] = None,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out", help="Folder to write NAME.npz into (default: the cache, where `--data NAME` finds it)."
-        ),
-    ] = None,
-    device: Annotated[
-        str | None, typer.Option("--device", help="cpu, cuda, cuda:1 (default: CUDA when present).")
-    ] = None,
-    weights: Annotated[
-        Path | None,
-        typer.Option(
-            "--weights", help="fashion-mnist: local weights file for a timm:NAME or open_clip:NAME model."
-        ),
-    ] = None,
-    image_size: Annotated[
-        int | None,
-        typer.Option(
-            "--image-size",
-            min=16,
-            help="fashion-mnist: backbone input size in px (default 224 on GPU, 112 on CPU).",
-        ),
-    ] = None,
+    limit: Annotated[int | None, typer.Option(
+        "--limit", min=5, help="wordnet: corpus rows (default all 32,663). fashion-mnist: training images, test "
+        "images = limit/5 (default all 60,000 on GPU, 5,000 on CPU).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Folder to write NAME.npz into (default: the cache, where `--data NAME` finds it).")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:1 (default: CUDA when present).")] = None,
+    weights: Annotated[Path | None, typer.Option(
+        "--weights", help="fashion-mnist: local weights file for a timm:NAME or open_clip:NAME model.")] = None,
+    image_size: Annotated[int | None, typer.Option(
+        "--image-size", min=16, help="fashion-mnist: backbone input size in px (default 224 on GPU, 112 on CPU).")] = None,
     quiet: Annotated[bool, flag("quiet", "No progress bars.", "-q")] = False,
     old_model: OldBackboneOption = None,
 ) -> None:
@@ -94,16 +72,8 @@ def build_command(
     model = chosen(backbone, old_model, new="--backbone", old="--model", required=False)
     start = time.perf_counter()
     try:
-        written = build_builtin(
-            name,
-            model=model,
-            limit=limit,
-            out=out,
-            device=device,
-            image_size=image_size,
-            weights=weights,
-            progress=not quiet,
-        )
+        written = build_builtin(name, model=model, limit=limit, out=out, device=device, image_size=image_size,
+                                weights=weights, progress=not quiet)
     except ImportError as err:
         raise ValueError(str(err)) from None
     for dataset_name, path in written.items():

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from adaptemb.datasets.base import Dataset
 from adaptemb.ranking import exact_top_k
-from adaptemb.serialization import is_a_directory
+from adaptemb.serialization import existing_file
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 CLASSES = (
@@ -77,13 +77,8 @@ def read_fashion_mnist(split: str, folder: str | Path = FASHION_MNIST_DIR) -> tu
         root / f"{prefix}-labels-idx1-ubyte.gz",
     )
     for path in (images_path, labels_path):
-        if path.is_dir():
-            raise is_a_directory(path)
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"Fashion-MNIST file {path} not found; install Debian's dataset-fashion-mnist "
-                "package or point folder= at the four IDX files"
-            )
+        existing_file(path, f"Fashion-MNIST file {path} not found; install Debian's dataset-fashion-mnist "
+                            "package or point folder= at the four IDX files")
     images, labels = read_idx(images_path), read_idx(labels_path)
     if images.ndim != 3 or labels.shape != (len(images),):
         raise ValueError(f"{root}: {split} images {images.shape} and labels {labels.shape} do not match")

@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from adaptemb.datasets.base import Dataset
-from adaptemb.serialization import is_a_directory
+from adaptemb.serialization import existing_file
 
 WORDNET_DIR = Path("/usr/share/wordnet")
 POS_FILES = ("noun", "verb", "adj", "adv")
@@ -116,13 +116,8 @@ def read_wordnet(folder: str | Path = WORDNET_DIR) -> list[Synset]:
     synsets: list[Synset] = []
     for pos in POS_FILES:
         path = root / f"data.{pos}"
-        if path.is_dir():
-            raise is_a_directory(path)
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"WordNet data file {path} not found; install it with `apt-get install wordnet-base` "
-                "or point to a folder holding data.noun, data.verb, data.adj and data.adv"
-            )
+        existing_file(path, f"WordNet data file {path} not found; install it with `apt-get install wordnet-base` "
+                            "or point to a folder holding data.noun, data.verb, data.adj and data.adv")
         with open(path, encoding="utf-8", errors="replace") as handle:
             synsets.extend(parse_data_line(line) for line in handle if not line.startswith("  "))
     return synsets

@@ -28,62 +28,49 @@ from adaptemb.evaluate.recommend import TOLERANCE, pareto_front, row_label
 from adaptemb.evaluate.runner import BenchResult
 from adaptemb.serialization import atomic_write
 
-# (column title, row key, format) shown in the terminal and Markdown tables
-COLUMNS: list[tuple[str, str, str]] = [
+_COLUMN_SPECS: dict[str, tuple[str, str, str]] = {key: (title, key, fmt) for title, key, fmt in [
     ("method", "method", "{}"),
+    ("method", "_label", "{}"),  # the method with its rerank variant joined
     ("k", "k", "{}"),
     ("variant", "variant", "{}"),
+    ("backend", "backend", "{}"),
     ("active", "active_dims", "{:.0f}"),
+    ("bytes/vec", "bytes_per_vector", "{:.1f}"),
     ("NDCG@10", "ndcg_at_10", "{:.4f}"),
     ("R@10", "recall_at_10", "{:.4f}"),
     ("R@100", "recall_at_100", "{:.4f}"),
     ("MRR@10", "mrr_at_10", "{:.4f}"),
     ("NN-R@10", "neighbour_recall_at_10", "{:.3f}"),
     ("1-NN acc", "one_nn_accuracy", "{:.4f}"),
-    ("bytes/vec", "bytes_per_vector", "{:.1f}"),
     ("ratio", "compression_ratio", "{:.1f}x"),
     ("ms/query", "latency_per_query_ms", "{:.4f}"),
+    ("vs flat", "speedup_vs_flat", "{:.1f}x"),
     ("batch p10–p90 s", "_spread", "{}"),
     ("fit s", "fit_s", "{:.2f}"),
-]
-SCALE_COLUMNS: list[tuple[str, str, str]] = [
-    ("method", "method", "{}"),
-    ("k", "k", "{}"),
-    ("backend", "backend", "{}"),
-    ("bytes/vec", "bytes_per_vector", "{:.1f}"),
-    ("NDCG@10", "ndcg_at_10", "{:.4f}"),
-    ("R@10", "recall_at_10", "{:.4f}"),
-    ("NN-R@10", "neighbour_recall_at_10", "{:.3f}"),
-    ("ms/query", "latency_per_query_ms", "{:.4f}"),
-    ("vs flat", "speedup_vs_flat", "{:.1f}x"),
     ("encode s", "encode_s", "{:.1f}"),
     ("build s", "index_build_s", "{:.2f}"),
     ("index MB", "index_mb", "{:.1f}"),
     ("peak MB", "peak_memory_mb", "{:.0f}"),
     ("= score()", "_score_check", "{}"),
-]
+]}
+"""Each column once: (column title, row key, format) as the terminal and Markdown tables show it."""
+
+
+def _columns(keys: str) -> list[tuple[str, str, str]]:
+    return [_COLUMN_SPECS[key] for key in keys.split()]
+
+
+COLUMNS = _columns("method k variant active_dims ndcg_at_10 recall_at_10 recall_at_100 mrr_at_10 "
+                   "neighbour_recall_at_10 one_nn_accuracy bytes_per_vector compression_ratio latency_per_query_ms "
+                   "_spread fit_s")
+"""The main table's columns (``print_table(..., wide=True)`` and the Markdown report)."""
+SCALE_COLUMNS = _columns("method k backend bytes_per_vector ndcg_at_10 recall_at_10 neighbour_recall_at_10 "
+                         "latency_per_query_ms speedup_vs_flat encode_s index_build_s index_mb peak_memory_mb _score_check")
 """The scale study's columns (``adaptemb bench --scale N``)."""
-COMPACT_COLUMNS: list[tuple[str, str, str]] = [
-    ("method", "_label", "{}"),
-    ("k", "k", "{}"),
-    ("bytes/vec", "bytes_per_vector", "{:.1f}"),
-    ("NDCG@10", "ndcg_at_10", "{:.4f}"),
-    ("R@10", "recall_at_10", "{:.4f}"),
-    ("ms/query", "latency_per_query_ms", "{:.4f}"),
-    ("fit s", "fit_s", "{:.2f}"),
-]
+COMPACT_COLUMNS = _columns("_label k bytes_per_vector ndcg_at_10 recall_at_10 latency_per_query_ms fit_s")
 """The terminal table's default columns (``print_table(..., wide=False)``); rerank variants join the method."""
-COMPACT_SCALE_COLUMNS: list[tuple[str, str, str]] = [
-    ("method", "method", "{}"),
-    ("k", "k", "{}"),
-    ("bytes/vec", "bytes_per_vector", "{:.1f}"),
-    ("NDCG@10", "ndcg_at_10", "{:.4f}"),
-    ("R@10", "recall_at_10", "{:.4f}"),
-    ("NN-R@10", "neighbour_recall_at_10", "{:.3f}"),
-    ("ms/query", "latency_per_query_ms", "{:.4f}"),
-    ("vs flat", "speedup_vs_flat", "{:.1f}x"),
-    ("build s", "index_build_s", "{:.2f}"),
-]
+COMPACT_SCALE_COLUMNS = _columns("method k bytes_per_vector ndcg_at_10 recall_at_10 neighbour_recall_at_10 "
+                                 "latency_per_query_ms speedup_vs_flat index_build_s")
 """The scale table's default columns in the terminal."""
 _LEFT = ("method", "_label", "variant", "backend")
 _MACHINE_COLUMNS = ("cpu", "cpu_cores_usable", "gpu")
