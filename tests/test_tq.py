@@ -1,7 +1,9 @@
 """``tq``: faiss' TurboQuant-MSE codes behind PCA + random rotation, checked against faiss run directly.
 
 On the shipped default data (8,000 x 384 real text embeddings) every budget's codes are the bytes faiss'
-own ``index_factory(d, "PCAR{m},SQtqmse{b}")`` writes, and the index returns faiss' own top-10.
+own ``index_factory(d, "PCAR{m},SQtqmse{b}")`` writes, and the index returns faiss' own top-10. tq scores by
+faiss' formula but with one matrix product per block of decoded codes, which sums in another order than faiss'
+search: scores agree to ~4e-7 (measured), so ids are compared with ties within 1e-5 allowed.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import adaptemb
 from adaptemb.datasets import Dataset, load_dataset
 from adaptemb.errors import CorruptFileError, InvalidConfigError
 from adaptemb.evaluate.metrics import evaluate_ranking
+from adaptemb.testing import assert_top_k_matches
 from adaptemb_plugins import tq as tq_plugin
 
 
@@ -59,10 +62,12 @@ def test_codes_and_rankings_are_faiss_own(data: Dataset, fitted: adaptemb.Compre
     assert codes.bytes_per_vector == nbytes and codes.codes.shape == (len(data.corpus), nbytes)
     np.testing.assert_array_equal(codes.codes, faiss_codes)
     scores, ids = model.index(codes).search(data.queries, 10)
-    np.testing.assert_array_equal(ids, faiss_ids)
-    np.testing.assert_allclose(scores, faiss_scores, atol=1e-6)
+    np.testing.assert_allclose(scores, faiss_scores, atol=1e-5)
+    every_score = model.score(model.encode_queries(data.queries), codes)
+    assert_top_k_matches((faiss_scores, faiss_ids), every_score, 10, tol=1e-5)  # faiss' top-10, ties aside
+    assert_top_k_matches((scores, ids), every_score, 10, tol=1e-5)
     ours = evaluate_ranking(ids, data.qrels).ndcg_at_10
-    assert abs(ours - evaluate_ranking(faiss_ids, data.qrels).ndcg_at_10) < 1e-6
+    assert abs(ours - evaluate_ranking(faiss_ids, data.qrels).ndcg_at_10) < 1e-4
     assert ours > {16: 0.11, 32: 0.18, 48: 0.19}[nbytes]  # measured 0.149 / 0.117 (2 bits), 0.187, 0.199
 
 
@@ -76,6 +81,21 @@ def test_score_is_the_transformed_query_against_the_decoded_codes(data: Dataset,
     query = data.queries[:3]
     by_hand = (query @ tables["tq_matrix"].T + tables["tq_bias"]) @ (level * signs).T
     np.testing.assert_allclose(fitted.score(fitted.encode_queries(query), codes), by_hand, rtol=1e-4, atol=1e-5)
+
+
+def test_blocks_of_documents_merge_to_the_whole(data: Dataset, fitted: adaptemb.Compressor,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scored 1,000 documents at a time (8 blocks), score() and the index give what one block gives."""
+    codes = fitted.encode(data.corpus, k=16)
+    queries = fitted.encode_queries(data.queries[:300])
+    whole_scores, (top_scores, top_ids) = fitted.score(queries, codes), fitted.index(codes).search(queries, 10)
+    for module in (adaptemb.codes, adaptemb.codes.base):
+        monkeypatch.setattr(module, "SCORE_BLOCK_ROWS", 1000)
+    np.testing.assert_allclose(fitted.score(queries, codes), whole_scores, atol=1e-6)
+    blocked_scores, blocked_ids = fitted.index(codes).search(queries, 10)
+    np.testing.assert_array_equal(blocked_ids, top_ids)
+    np.testing.assert_allclose(blocked_scores, top_scores, atol=1e-6)
+    assert fitted.index(codes).nbytes == codes.nbytes  # the codes only: no decoded copy
 
 
 def test_saved_tq_loads_and_encodes_bit_identically(data: Dataset, fitted: adaptemb.Compressor,
