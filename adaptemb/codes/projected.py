@@ -8,6 +8,7 @@ import numpy as np
 
 from adaptemb.codes.base import Codes, blockwise_scores, select_rows
 from adaptemb.codes.binary_sparse import BinarySparseCodes
+from adaptemb.codes.packed_sparse import PackedSparseCodes
 from adaptemb.codes.sparse import SparseCodes
 
 
@@ -48,8 +49,8 @@ class ProjectedQueries(Codes):
         return self.values
 
     def similarity(self, other: Codes) -> np.ndarray:
-        """``<values, z> + offset`` against sparse or binary-sparse document codes of the same dim."""
-        if not isinstance(other, (SparseCodes, BinarySparseCodes)):
+        """``<values, z> + offset`` against sparse, packed sparse or binary-sparse document codes of the same dim."""
+        if not isinstance(other, (SparseCodes, PackedSparseCodes, BinarySparseCodes)):
             raise TypeError(f"projected queries score sparse or binary_sparse documents; got {type(other).__name__}")
         if other.dim != self.dim:
             raise ValueError(f"code dimensions differ: {self.dim} vs {other.dim}")
