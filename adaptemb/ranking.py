@@ -28,11 +28,12 @@ def top_k(scores: np.ndarray, k: int) -> TopK:
         raise ValueError(f"k must be between 1 and {m}; got {k}")
     if k < m:
         candidates = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-        # argpartition may cut a tie at the k-th score arbitrarily: then sort every column
+        # argpartition may cut a tie at the k-th score arbitrarily: those rows take a stable full sort
         kth = np.take_along_axis(scores, candidates, axis=1).min(axis=1, keepdims=True)
-        if int((scores >= kth).sum()) != n * k:
-            ids = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-            return np.take_along_axis(scores, ids, axis=1), ids.astype(np.int64)
+        tied = np.flatnonzero((scores >= kth).sum(axis=1) != k)
+        if len(tied):
+            candidates = candidates.copy()
+            candidates[tied] = np.argsort(-scores[tied], axis=1, kind="stable")[:, :k]
     else:
         candidates = np.broadcast_to(np.arange(m), (n, m))
     cand_scores = np.take_along_axis(scores, candidates, axis=1)
