@@ -34,6 +34,7 @@ from adaptemb.errors import (
 from adaptemb.index.base import Index
 from adaptemb.index.dense import DenseIndex
 from adaptemb.index.float_binary import FloatBinaryIndex
+from adaptemb.index.packed import PackedSparseIndex
 from adaptemb.index.quantized import BinaryIndex, Int8Index
 from adaptemb.index.sparse import SparseIndex
 
@@ -299,7 +300,7 @@ class _CoreIndexBackends:
 
     @hookimpl
     def register_index_backends(self, registry: IndexRegistry) -> None:
-        for backend in (DenseIndex, SparseIndex, BinaryIndex, Int8Index, FloatBinaryIndex):
+        for backend in (DenseIndex, SparseIndex, PackedSparseIndex, BinaryIndex, Int8Index, FloatBinaryIndex):
             registry.add(backend)
 
 

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from adaptemb import (
     Budgets,
@@ -25,6 +25,7 @@ from adaptemb import (
     Compressor,
     CompressorRegistry,
     InvalidConfigError,
+    PackedSparseCodes,
     ProjectedQueries,
     RowStream,
     SparseCodes,
@@ -34,12 +35,16 @@ from adaptemb import (
     train,
     unit_rows,
 )
-from adaptemb_plugins.csr_model import CSREncoder, CSRModel, geometric_median
+from adaptemb_plugins.csr_model import CSREncoder, CSRModel, PackedCSREncoder, geometric_median
 from adaptemb_plugins.csr_objective import CSRObjective, LossSettings
+from adaptemb_plugins.csr_values import ValueTables, fit_value_tables
 
 _ENCODE_BLOCK = 1 << 24  # pre-activation floats per encode block (64 MB in float32)
 _EVAL_ROWS = 2048  # rows the before/after loss measurement uses
 _MEDIAN_ROWS = 8192  # rows the geometric median is estimated from
+_CODEBOOK_ROWS = 8192  # training rows the value codebooks are fitted on (and the choice measured against)
+_HELD_OUT_ROWS = 1024  # at most this many rows held out to measure the choice of value bits
+_MIN_ROWS_TO_HOLD_OUT = 2000  # smaller fits hold nothing out
 
 
 class CSRConfig(TrainingConfig):
@@ -68,13 +73,24 @@ class CSRConfig(TrainingConfig):
     scoring: Literal["asymmetric", "symmetric"] = Field(
         "asymmetric", description="asymmetric: dense query through the decoder vs sparse docs; symmetric: sparse·sparse."
     )
-    value_dtype: Literal["float16", "float32"] = Field("float16", description="Stored dtype of code values.")
+    value_bits: Literal[1, 2, 3, 4, 8, 16] | None = Field(
+        None, description="Bits per stored value: 1-8: levels of a per-feature codebook fitted on the fit rows; 16: "
+        "float16; None: for each k the fewest bits within 0.005 of its best held-out recall@10 (measured at fit).")
     # training defaults, measured for this method (see the docs)
     epochs: int = Field(10, ge=1, description="Passes over the training rows (at most).")
     batch_size: int = Field(256, ge=2, description="Rows per optimisation step.")
     lr: float = Field(3e-3, gt=0, description="Adam learning rate.")
     adam_eps: float = Field(6.25e-10, gt=0, description="Adam epsilon (the paper's).")
     val_fraction: float = Field(0.0, ge=0, lt=0.5, description="Rows held out for early stopping (0: train on all).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_value_dtype(cls, data: Any) -> Any:
+        """Files written before packed codes say ``value_dtype`` (float16 / float32 values): now float16 values."""
+        if isinstance(data, dict) and "value_dtype" in data:
+            data = {key: value for key, value in data.items() if key != "value_dtype"}
+            data.setdefault("value_bits", 16)
+        return data
 
 
 class CSRCompressor(Compressor):
@@ -86,7 +102,7 @@ class CSRCompressor(Compressor):
     exportable = True
     fit_inputs = frozenset({"pairs", "labels"})
     test_params: ClassVar[dict[str, Any]] = {"hidden": 64, "k": 4, "epochs": 2, "batch_size": 64, "k_aux": 16, "progress": False}
-    doc_kind = "sparse"
+    doc_kind = "packed_sparse"
     stream_sample_rows = 32_768  # enough for the start (8,192-row median, h rows) and the report
     symmetric = False  # its own encode_queries (projected queries by default) and score
     trains_on_stream = True
@@ -96,6 +112,7 @@ class CSRCompressor(Compressor):
     def __init__(self, config: CSRConfig | None = None, **params: Any) -> None:
         super().__init__(config, **params)
         self._model: CSRModel | None = None
+        self._tables: ValueTables | None = None
 
     @property
     def normalizes_rows(self) -> bool:  # type: ignore[override]  # depends on the normalize option
@@ -103,15 +120,21 @@ class CSRCompressor(Compressor):
 
     @property
     def query_kind(self) -> str:
-        return "sparse" if self.config.scoring == "symmetric" else "projected"
+        return "packed_sparse" if self.config.scoring == "symmetric" else "projected"
 
     # -- fitting --------------------------------------------------------------------------------
 
     def _fit(self, x: torch.Tensor, **supervision: Any) -> None:
+        """Train on the rows less a held-out slice (``_held_out``), which measures the choice of value bits."""
+        train_rows, held_out = _held_out(len(x), self.generator)
+        if supervision.get("labels") is not None:
+            supervision = {**supervision, "labels": supervision["labels"][train_rows]}
+        x, queries = x[train_rows], x[held_out]
         shift, scale = self._normalisation(x)
         normalise = _Normaliser(self.config.normalize, shift, scale)
         rows, partners, groups = self._training_rows(normalise, x, **supervision)
         self._train(normalise, normalise(x), [rows, partners, groups], (rows, partners, groups))
+        self._fit_values(x, queries)
 
     def _fit_stream(self, stream: RowStream, **supervision: Any) -> None:
         """Every row of the stream, in shuffled minibatches (pairs mixed into each batch in proportion); the
@@ -122,8 +145,25 @@ class CSRCompressor(Compressor):
         assert stream.rows is not None
         prepare = _StreamRows(normalise, stream.kept_rows, supervision.get("pairs"), self.config.seed)
         data = StreamBatches.holding_out(stream, prepare, (positions, sample), self.config.val_fraction, self.config.seed)
+        raw = sample
         sample = normalise(sample)  # one normalised copy serves the start, the measurements and the report
         self._train(normalise, sample, data, (sample, sample, torch.arange(len(sample))))
+        docs, queries = _held_out(len(raw), self.generator)  # every stream row trained: the slice is a sample's
+        self._fit_values(raw[docs], raw[queries])
+
+    def _fit_values(self, docs: torch.Tensor, queries: torch.Tensor) -> None:
+        """Codebooks from (a sample of) the training rows ``docs`` and the choice table measured with the held-out
+        ``queries`` (``csr_values``); none for float16 values."""
+        if self.config.value_bits == 16:
+            self._tables = None
+            return
+        model = self._fitted_model
+        docs = docs[torch.randperm(len(docs), generator=self.generator)[:_CODEBOOK_ROWS]]
+        with torch.inference_mode():
+            self._tables = fit_value_tables(lambda rows, k: model.sparse_codes(model.normalise(rows), k),
+                                            self._query_projection, docs, self._query_rows(queries), model.hidden)
+        assert self.fit_report is not None
+        self.fit_report["extra"]["value_choices"] = self._tables.rows()
 
     def _train(self, normalise: _Normaliser, x: torch.Tensor, data: Any,
                measured: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
@@ -234,28 +274,55 @@ class CSRCompressor(Compressor):
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
         encoder = self.encoder(k)
         hidden = self._fitted_model.hidden
-        parts = [encoder(block) for block in _blocks(x, hidden)]
-        indices = np.concatenate([i.numpy() for i, _ in parts])
-        return SparseCodes(indices, np.concatenate([v.numpy() for _, v in parts]), hidden)
+        packed = torch.cat([encoder(block)[0] for block in _blocks(x, hidden)])
+        return PackedSparseCodes(packed.numpy(), hidden, k, encoder.value_bits, self._codebook(k, encoder.value_bits))
 
-    def encoder(self, k: int) -> CSREncoder:
-        """The encode path as one module (normalise, matmul, topk, relu), exported to ONNX as is. With
-        ``normalize="l2"`` an all-zero row (no direction) gets k zero values, which add nothing to any score."""
-        dtype = torch.float16 if self.config.value_dtype == "float16" else torch.float32
-        return CSREncoder(self._fitted_model, k, value_dtype=dtype).eval()
+    def encoder(self, k: int) -> PackedCSREncoder:
+        """The encode path as one module (normalise, matmul, topk, relu, quantise, pack), exported to ONNX as is.
+        With ``normalize="l2"`` an all-zero row (no direction) gets k empty slots, which add nothing to any score."""
+        bits = self.value_bits(k)
+        return PackedCSREncoder(CSREncoder(self._fitted_model, k, value_dtype=torch.float32),
+                                PackedSparseCodes.packer(self._fitted_model.hidden, bits, self._codebook(k, bits))).eval()
+
+    def value_bits(self, k: int) -> int:
+        """Bits per stored value of codes at ``k``: the config's ``value_bits``, else the fit's choice for k."""
+        if self.config.value_bits is not None:
+            return self.config.value_bits
+        return 16 if self._tables is None else self._tables.value_bits(k)
+
+    def _codebook(self, k: int, bits: int) -> np.ndarray | None:
+        return None if bits == 16 or self._tables is None else self._tables.codebook(k, bits)
+
+    def budget_for_bytes(self, nbytes: float, sample: Any = None) -> int | None:
+        """The k whose packed code fits ``nbytes``: the best held-out recall among the measured k (value bits
+        chosen per k), or the largest k at the config's ``value_bits``."""
+        self._require_fitted()
+        hidden = self._fitted_model.hidden
+        if self.config.value_bits is None and self._tables is not None:
+            return self._tables.budget_for_bytes(nbytes, hidden)
+        width = PackedSparseCodes.index_bits(hidden) + self.value_bits(1)
+        k = min(hidden, int(8 * int(nbytes) // width))
+        return k if k >= 1 else None
 
     def _encode_queries(self, x: torch.Tensor, k: int | None) -> Codes:
-        """Sparse codes (symmetric) or ``ProjectedQueries`` ``(W_dec (σ ⊙ q), <q, σ ⊙ b_pre + μ>)`` (asymmetric)."""
+        """Packed codes (symmetric) or ``ProjectedQueries`` ``(W_dec (σ ⊙ q), <q, σ ⊙ b_pre + μ>)`` (asymmetric)."""
         if self.config.scoring == "symmetric":
             return self.encode(x, k=k)
-        q = unit_rows(x) if self.normalizes_rows else x  # the score of a unit query: scale-free, no overflow; 0 for 0
-        projected, offset = self._fitted_model.project_queries(q)
+        projected, offset = self._query_projection(self._query_rows(x))
         return ProjectedQueries(projected.contiguous().numpy(), offset.contiguous().numpy())
 
+    def _query_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """Queries as scored: unit rows with ``normalize="l2"`` (scale-free, no overflow; 0 for 0), else as given."""
+        return unit_rows(x) if self.normalizes_rows else x
+
+    def _query_projection(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._fitted_model.project_queries(q)
+
     def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
-        """Asymmetric ``⟨q, x̂_doc⟩`` for ``ProjectedQueries``; the sparse dot product for sparse queries."""
-        if not isinstance(doc_codes, SparseCodes):
-            raise TypeError(f"csr scores its own SparseCodes documents; got {type(doc_codes).__name__}")
+        """Asymmetric ``⟨q, x̂_doc⟩`` for ``ProjectedQueries``; the sparse dot product for sparse queries (packed
+        codes, or the ``SparseCodes`` of files written before them)."""
+        if not isinstance(doc_codes, (PackedSparseCodes, SparseCodes)):
+            raise TypeError(f"csr scores its own packed_sparse documents; got {type(doc_codes).__name__}")
         return query_codes.similarity(doc_codes)
 
     def _decode(self, codes: Codes) -> torch.Tensor:
@@ -267,19 +334,24 @@ class CSRCompressor(Compressor):
         return Budgets(low=1, high=self._fitted_model.hidden, default=self.config.k)
 
     def _state(self) -> dict[str, torch.Tensor]:
-        return self._fitted_model.state()
+        tables = {} if self._tables is None else {"codebooks": self._tables.codebooks, "choices": self._tables.choices}
+        return {**self._fitted_model.state(), **tables}
 
     def _state_shapes(self, dim: int) -> dict[str, tuple[int | str, ...]]:
         h = self.config.hidden or 4 * dim
         shapes: dict[str, tuple[int | str, ...]] = {
             "enc_weight": (h, dim), "enc_bias": (h,), "pre_bias": (dim,), "shift": (dim,), "scale": (dim,)}
+        if self.config.value_bits != 16:
+            shapes.update(codebooks=("grid", h, 32), choices=("choices", 4))
         return shapes if self.config.decoder == "tied" else {**shapes, "dec_weight": (h, dim)}
 
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         tied = "dec_weight" not in tensors
         if tied != (self.config.decoder == "tied"):
             raise ValueError(f"csr file has {'no' if tied else 'a'} separate decoder but decoder={self.config.decoder!r}")
-        self._model = CSRModel.from_state(tensors, normalize=self.config.normalize)
+        model_tensors = {name: t for name, t in tensors.items() if name not in ("codebooks", "choices")}
+        self._model = CSRModel.from_state(model_tensors, normalize=self.config.normalize)
+        self._tables = ValueTables(tensors["codebooks"], tensors["choices"]) if "codebooks" in tensors else None
 
 
 class _StreamRows:
@@ -317,6 +389,16 @@ class _Normaliser:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return unit_rows(x) if self.mode == "l2" else (x - self.shift) / self.scale
+
+
+def _held_out(n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(training rows, held-out rows): a seeded tenth of the rows, at most ``_HELD_OUT_ROWS``, held out from
+    ``_MIN_ROWS_TO_HOLD_OUT`` rows on; below that every row trains and also measures."""
+    order = torch.randperm(n, generator=generator)
+    if n < _MIN_ROWS_TO_HOLD_OUT:
+        return order.sort().values, order.sort().values
+    count = min(_HELD_OUT_ROWS, n // 10)
+    return order[count:].sort().values, order[:count].sort().values
 
 
 def _blocks(x: torch.Tensor, hidden: int) -> list[torch.Tensor]:

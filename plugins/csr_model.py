@@ -141,3 +141,17 @@ class CSREncoder(nn.Module):
         if self.model.normalize == "l2":
             values = values * has_direction(x)
         return indices, values.to(self.value_dtype)
+
+
+class PackedCSREncoder(nn.Module):
+    """``CSREncoder`` then ``PackedSparseCodes.packer``: rows in, packed codes out (``packed``, uint8 (n, width))."""
+
+    output_names = ("packed",)
+
+    def __init__(self, encoder: CSREncoder, packer: nn.Module) -> None:
+        super().__init__()
+        self.encoder, self.packer = encoder, packer
+        self.value_bits: int = packer.value_bits
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self.packer(*self.encoder(x)),)

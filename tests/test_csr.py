@@ -1,12 +1,14 @@
-"""The csr compressor: sparse codes, adaptive k, supervision, scoring, save/load, a quality floor."""
+"""The csr compressor: packed sparse codes, adaptive k, byte budgets, supervision, scoring, save/load, quality floors."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import adaptemb
-from adaptemb import ProjectedQueries, SparseCodes
+from adaptemb import PackedSparseCodes, ProjectedQueries
+from adaptemb.testing import assert_same_codes
 
 SMALL = {"hidden": 64, "k": 4, "epochs": 3, "batch_size": 64, "k_aux": 16, "progress": False}
 
@@ -31,29 +33,61 @@ def fitted(data):
 
 def test_exactly_k_nonnegative_entries(fitted, data) -> None:
     codes = fitted.encode(data[0])
-    assert isinstance(codes, SparseCodes) and codes.is_fixed_k
-    assert codes.indices.shape == (len(data[0]), 4) and codes.indices.dtype == np.uint8
-    assert (codes.values >= 0).all()
-    for row in codes.indices:
+    assert isinstance(codes, PackedSparseCodes) and codes.k == 4
+    indices, _ = codes.slots()
+    assert indices.shape == (len(data[0]), 4) and (codes.to_dense() >= 0).all()
+    for row in indices:
         assert len(set(row.tolist())) == 4
-    assert codes.row_nbytes == len(data[0]) * 4 * (1 + 2)  # uint8 indices + float16 values
+    bits = fitted.value_bits(4)
+    assert codes.value_bits == bits and bits in (1, 2, 3, 4, 8)
+    assert codes.row_nbytes == len(data[0]) * -(-4 * (7 + bits) // 8)  # h = 64: 7-bit indices (64 = empty slot)
 
 
 def test_any_k_after_fit(fitted, data) -> None:
     for k in (1, 7, 64):
         codes = fitted.encode(data[0][:10], k=k)
-        assert codes.indices.shape == (10, k)
-        assert (codes.values >= 0).all()
-    low = fitted.encode(data[0][:10], k=2).to_dense()
-    high = fitted.encode(data[0][:10], k=6).to_dense()
-    assert np.all((low == 0) | (low == high)), "the top-2 latents stay among the top-6 with equal values"
+        assert codes.slots()[0].shape == (10, k)
+        assert (codes.to_dense() >= 0).all()
+    low, high = (fitted.encode(data[0][:10], k=k).slots()[0] for k in (2, 6))
+    assert all(set(a) <= set(b) for a, b in zip(low.tolist(), high.tolist())), "the top-2 latents stay among the top-6"
     with pytest.raises(ValueError):
         fitted.encode(data[0][:2], k=65)
 
 
-def test_value_dtype_float32(data) -> None:
-    codes = adaptemb.compress(data[0], "csr", value_dtype="float32", **{**SMALL, "epochs": 1})
-    assert codes.values.dtype == np.float32
+def test_explicit_value_bits_override_the_choice(data) -> None:
+    compressor = adaptemb.fit(data[0], "csr", value_bits=2, **{**SMALL, "epochs": 1})
+    codes = compressor.encode(data[0][:20], k=8)
+    assert codes.value_bits == 2 and codes.codebook.shape == (64, 4) and codes.bytes_per_vector == 9  # 8 * (7 + 2) bits
+    assert compressor.budget_for_bytes(9) == 8 and compressor.budget_for_bytes(8) == 7  # 64 bits: 7 pairs of 9 bits
+    assert compressor.budget_for_bytes(1) is None
+    floats = adaptemb.fit(data[0], "csr", value_bits=16, **{**SMALL, "epochs": 1})
+    exact = floats.encode(data[0][:20])
+    indices, _ = exact.slots()
+    with torch.no_grad():  # the float values before packing: the encoder module's first stage
+        _, values = floats.encoder(4).encoder(torch.from_numpy(data[0][:20]))
+    np.testing.assert_array_equal(np.take_along_axis(exact.to_dense(), indices, axis=1),
+                                  values.numpy().astype(np.float16).astype(np.float32))
+
+
+def test_files_written_before_packed_codes_load_with_float16_values() -> None:
+    """Their config says value_dtype (float16 or float32 values): now float16 values, packed."""
+    for dtype in ("float16", "float32"):
+        assert adaptemb.get_compressor("csr", value_dtype=dtype).config.value_bits == 16
+
+
+def test_bytes_choose_k_and_value_bits_from_the_measured_table(fitted, data) -> None:
+    table = fitted.fit_report["extra"]["value_choices"]
+    assert {row["value_bits"] for row in table} == {1, 2, 3, 4, 8, 16}
+    assert all(0.0 <= row["recall@10"] <= 1.0 for row in table)
+    for nbytes in (3, 5, 8, 16, 40):
+        codes = fitted.encode(data[0][:50], bytes=nbytes)
+        assert codes.bytes_per_vector <= nbytes
+        assert codes.value_bits == fitted.value_bits(codes.k)
+        fits = [row for row in table if row["chosen"] and row["bytes"] <= nbytes]
+        chosen = next(row for row in fits if row["k"] == codes.k)
+        assert chosen["recall@10"] == max(row["recall@10"] for row in fits)
+    with pytest.raises(adaptemb.InvalidConfigError, match="bytes"):
+        fitted.encode(data[0][:5], bytes=0.5)
 
 
 def test_fit_report(fitted) -> None:
@@ -89,16 +123,17 @@ def test_compress_passes_supervision(data) -> None:
     x, labels = data
     small = {key: v for key, v in SMALL.items() if key != "k"}
     codes = adaptemb.compress(x, "csr", k=4, labels=labels, **{**small, "epochs": 1})
-    assert codes.indices.shape == (len(x), 4)
+    assert len(codes) == len(x) and codes.k == 4
 
 
 def test_save_load_identical_codes(fitted, data, tmp_path) -> None:
     path = fitted.save(tmp_path / "csr.safetensors")
     loaded = adaptemb.load(path)
+    assert loaded.fit_report is None and [loaded.value_bits(k) for k in range(1, 65)] == [
+        fitted.value_bits(k) for k in range(1, 65)]
     for k in (2, 4, 9):
-        a, b = fitted.encode(data[0], k=k), loaded.encode(data[0], k=k)
-        np.testing.assert_array_equal(a.indices, b.indices)
-        np.testing.assert_array_equal(a.values, b.values)
+        assert_same_codes(fitted.encode(data[0], k=k), loaded.encode(data[0], k=k))
+    assert loaded.budget_for_bytes(6) == fitted.budget_for_bytes(6)
     q = data[0][:5]
     np.testing.assert_array_equal(fitted.encode_queries(q).values, loaded.encode_queries(q).values)
 
@@ -107,7 +142,7 @@ def test_save_load_identical_codes(fitted, data, tmp_path) -> None:
 @pytest.mark.parametrize("decoder", ["untied", "tied"])
 def test_asymmetric_score_is_query_dot_reconstruction(data, normalize: str, decoder: str) -> None:
     x = data[0][:128] * 3.0  # not unit norm, so "standardize"/"none" differ from "l2"
-    compressor = adaptemb.fit(x, "csr", normalize=normalize, decoder=decoder, value_dtype="float32",
+    compressor = adaptemb.fit(x, "csr", normalize=normalize, decoder=decoder, value_bits=16,
                               **{**SMALL, "epochs": 1})
     docs = compressor.encode(x[:20], k=5)
     queries = x[20:23] + 0.1
@@ -122,7 +157,7 @@ def test_asymmetric_score_is_query_dot_reconstruction(data, normalize: str, deco
 def test_symmetric_scoring_is_sparse_dot(data) -> None:
     compressor = adaptemb.fit(data[0], "csr", scoring="symmetric", **{**SMALL, "epochs": 1})
     q, d = compressor.encode_queries(data[0][:4]), compressor.encode(data[0][:30])
-    assert isinstance(q, SparseCodes)
+    assert isinstance(q, PackedSparseCodes)
     np.testing.assert_allclose(compressor.score(q, d), q.to_dense() @ d.to_dense().T, rtol=1e-5, atol=1e-6)
 
 
@@ -140,7 +175,7 @@ def test_fits_on_cuda(data) -> None:
         pytest.skip("no CUDA device")
     compressor = adaptemb.fit(data[0], "csr", device="cuda", **SMALL)
     assert compressor.fit_report["device"].startswith("cuda")
-    assert compressor.encode(data[0][:5]).indices.shape == (5, 4)
+    assert compressor.encode(data[0][:5]).k == 4
 
 
 def _ndcg_at_10(scores: np.ndarray, qrels) -> float:
@@ -163,7 +198,7 @@ def test_quality_floor_on_real_embeddings() -> None:
     full = _ndcg_at_10(queries @ corpus.T, qrels)
     csr = adaptemb.fit(corpus, "csr", k=32, epochs=4, progress=False)
     svd = adaptemb.fit(corpus, "svd")
-    assert (csr.encode(corpus, k=32).values > 0).mean() > 0.99, "trained codes keep k non-zero entries"
+    assert (csr.encode(corpus, k=32).active_counts() == 32).mean() > 0.99, "trained codes keep k non-zero entries"
     for k in (16, 32):
         ours = _ndcg_at_10(csr.score(csr.encode_queries(queries, k=k), csr.encode(corpus, k=k)), qrels)
         pca = _ndcg_at_10(svd.score(svd.encode_queries(queries, k=k), svd.encode(corpus, k=k)), qrels)

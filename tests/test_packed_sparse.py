@@ -6,10 +6,18 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 import adaptemb
 from adaptemb import CorruptFileError, PackedSparseCodes
-from adaptemb.codes.packed_sparse import index_bits, pack_fields, row_bytes, unpack_fields
+from adaptemb.codes.packed_sparse import (
+    SparsePacker,
+    float16_bits,
+    index_bits,
+    pack_fields,
+    row_bytes,
+    unpack_fields,
+)
 
 CODEBOOK = np.array([[0.5, 1.0], [0.25, 2.0], [1.0, 3.0], [0.1, 0.2], [4.0, 8.0]], np.float16)  # dim 5, 1-bit
 
@@ -44,7 +52,7 @@ def test_bit_layout_by_hand() -> None:
 def test_pack_fields_round_trips_any_widths() -> None:
     rng = np.random.default_rng(0)
     fields = [(rng.integers(0, 2**12, (50, 7)), 12), (rng.integers(0, 8, (50, 7)), 3), (rng.integers(0, 2**16, (50, 7)), 16)]
-    packed = pack_fields(fields)
+    packed = pack_fields([(torch.from_numpy(values), bits) for values, bits in fields]).numpy()
     assert packed.shape == (50, -(-7 * 31 // 8))
     for (want, _), got in zip(fields, unpack_fields(packed, [(7, 12), (7, 3), (7, 16)])):
         np.testing.assert_array_equal(got, want)
@@ -142,3 +150,51 @@ def test_bad_construction_is_refused() -> None:
         PackedSparseCodes.from_sparse(np.array([[0, 1]]), np.ones((1, 2), np.float32), 5, 1)
     with pytest.raises(ValueError, match="0..4"):
         PackedSparseCodes.from_sparse(np.array([[0, 5]]), np.ones((1, 2), np.float32), 5, 1, CODEBOOK)
+
+
+def test_float16_bits_match_numpy_bit_patterns() -> None:
+    values = np.array([0.0, -0.0, 1.0, -2.5, 6e-8, 3e-5, 6.1e-5, 65504.0, 1e6, 0.1, 1 / 3], np.float32)
+    want = np.clip(values, -65504, 65504).astype(np.float16).view(np.uint16).astype(np.int64)
+    want[1] = 0  # -0.0 compares equal to 0: stored as +0
+    np.testing.assert_array_equal(float16_bits(torch.from_numpy(values)).numpy(), want)
+
+
+@pytest.mark.slow
+def test_packer_exports_to_onnx_bit_identical(tmp_path) -> None:
+    """The packer is the storage form inside exported encoders: onnxruntime gives the same bytes."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(3)
+    codebook = np.sort(rng.uniform(0.1, 2.0, (50, 8)), axis=1).astype(np.float16)
+    indices = torch.from_numpy(np.stack([rng.choice(50, 6, replace=False) for _ in range(40)]))
+    values = torch.from_numpy(rng.uniform(0.0, 2.5, (40, 6)).astype(np.float32))
+    values[::5] = 0.0
+    for bits, book in ((3, codebook), (16, None)):
+        packer = SparsePacker(50, bits, book).eval()
+        path = tmp_path / f"packer{bits}.onnx"
+        torch.onnx.export(packer, (indices, values), str(path), dynamo=True, input_names=["indices", "values"],
+                          output_names=["packed"])
+        got = ort.InferenceSession(str(path)).run(None, {"indices": indices.numpy(), "values": values.numpy()})[0]
+        np.testing.assert_array_equal(got, packer(indices, values).numpy())
+
+
+@pytest.mark.parametrize("bits", [2, 16])
+def test_index_over_levels_returns_the_top_k_of_the_dequantised_scores(bits: int) -> None:
+    """Projected queries against packed documents (empty slots included): the level kernel's top-10 is the top-10
+    of ``ProjectedQueries.similarity``, scores included; packed queries (symmetric) too."""
+    from adaptemb.index.packed import PackedSparseIndex
+    from adaptemb.testing import assert_top_k_matches
+
+    rng = np.random.default_rng(bits)
+    dim, k, n = 300, 5, 2000
+    codebook = np.sort(rng.uniform(0.1, 2.0, (dim, 2**bits)), axis=1).astype(np.float16) if bits != 16 else None
+    indices = np.stack([rng.choice(dim, k, replace=False) for _ in range(n)])
+    values = rng.uniform(0.0, 2.0, (n, k)).astype(np.float32)
+    values[::7, 2:] = 0.0  # empty slots
+    docs = PackedSparseCodes.from_sparse(indices, values, dim, bits, codebook)
+    queries = adaptemb.ProjectedQueries(rng.standard_normal((70, dim)).astype(np.float32),
+                                        rng.standard_normal(70).astype(np.float32))
+    index = PackedSparseIndex(docs, query_kind="projected", threads=2)
+    assert index.backend == "numba-levels"
+    assert_top_k_matches(index.search(queries, 10), queries.similarity(docs), 10)
+    symmetric = PackedSparseIndex(docs, query_kind="packed_sparse")
+    assert_top_k_matches(symmetric.search(docs[:30], 10), docs[:30].similarity(docs), 10)

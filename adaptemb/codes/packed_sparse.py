@@ -20,8 +20,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
+import torch
 
 from adaptemb.codes.base import Codes, select_rows
+from adaptemb.codes.graph import pack_bits
 
 LAYOUT_VERSION = 1
 """The row layout this code writes and reads; a file with another layout is refused."""
@@ -41,14 +43,14 @@ def row_bytes(k: int, dim: int, value_bits: int) -> int:
     return -(-k * (index_bits(dim) + value_bits) // 8)
 
 
-def pack_fields(fields: Sequence[tuple[np.ndarray, int]]) -> np.ndarray:
-    """(n, k_i) unsigned arrays, each at its bit width, as one (n, ceil(sum k_i * bits_i / 8)) uint8 bitstream a row."""
+def pack_fields(fields: Sequence[tuple[torch.Tensor, int]]) -> torch.Tensor:
+    """(n, k_i) integer tensors, each at its bit width, as one (n, ceil(sum k_i * bits_i / 8)) uint8 bitstream a row
+    (the low bits of each number, most significant first; integer division only, so it exports to ONNX)."""
     parts = []
     for values, bits in fields:
-        shifts = np.arange(bits - 1, -1, -1, dtype=np.uint64)
-        wide = values.astype(np.uint64)[:, :, None] >> shifts
-        parts.append((wide & np.uint64(1)).astype(np.uint8).reshape(len(values), -1))
-    return np.packbits(np.concatenate(parts, axis=1), axis=1, bitorder="big")
+        powers = 2 ** torch.arange(bits - 1, -1, -1, device=values.device)
+        parts.append(torch.remainder(torch.div(values.long().unsqueeze(-1), powers, rounding_mode="floor"), 2).flatten(1))
+    return pack_bits(torch.cat(parts, dim=1))
 
 
 def unpack_fields(packed: np.ndarray, widths: Sequence[tuple[int, int]]) -> list[np.ndarray]:
@@ -63,18 +65,59 @@ def unpack_fields(packed: np.ndarray, widths: Sequence[tuple[int, int]]) -> list
     return out
 
 
-def nearest_levels(values: np.ndarray, indices: np.ndarray, codebook: np.ndarray) -> np.ndarray:
-    """The level of each value's nearest codebook entry of its feature (rows of ``codebook`` sorted ascending;
-    a value half-way between two entries takes the lower): a binary search over the midpoints, b steps."""
-    entries = codebook.astype(np.float32)
-    levels = np.zeros(values.shape, dtype=np.int64)
-    step = entries.shape[1] // 2
+def nearest_levels(values: torch.Tensor, indices: torch.Tensor, codebook: torch.Tensor) -> torch.Tensor:
+    """The level of each value's nearest entry in its feature's row of ``codebook`` (rows ascending; a value half-way
+    between two entries takes the lower): a binary search over the midpoints, b steps, computed in ``values``' dtype."""
+    levels = codebook.shape[1]
+    entries = codebook.to(values.dtype).reshape(-1)
+    base = indices.long() * levels
+    found = torch.zeros_like(base)
+    step = levels // 2
     while step:
-        candidate = levels + step
-        midpoint = (entries[indices, candidate - 1] + entries[indices, candidate]) / 2
-        levels = np.where(values > midpoint, candidate, levels)
+        candidate = found + step
+        midpoint = (entries[base + candidate - 1] + entries[base + candidate]) / 2
+        found = torch.where(values > midpoint, candidate, found)
         step //= 2
-    return levels
+    return found
+
+
+def float16_bits(values: torch.Tensor) -> torch.Tensor:
+    """The IEEE half-precision bit patterns of ``values`` (int64; beyond float16's range they saturate), computed
+    arithmetically: ONNX has no bit cast."""
+    half = values.clamp(-65504.0, 65504.0).to(torch.float16).to(torch.float32)
+    magnitude = half.abs()
+    exponent = torch.floor(torch.log2(magnitude.clamp_min(2.0**-14)))
+    exponent = exponent - (magnitude < torch.pow(2.0, exponent)).float() + (magnitude >= torch.pow(2.0, exponent + 1)).float()
+    normal = magnitude >= 2.0**-14
+    mantissa = torch.where(normal, magnitude / torch.pow(2.0, exponent) - 1.0, magnitude * 2.0**14) * 1024.0
+    field = torch.where(normal, exponent + 15.0, torch.zeros_like(exponent))
+    return (half < 0).long() * 32768 + field.long() * 1024 + torch.round(mantissa).long()
+
+
+class SparsePacker(torch.nn.Module):
+    """Fixed-k (indices, values) -> packed rows (the one implementation, used by ``from_sparse`` and inside exported
+    encoders): values of exactly 0 become empty slots, the others the nearest level of their feature's codebook,
+    or float16 bit patterns for ``value_bits=16``."""
+
+    def __init__(self, dim: int, value_bits: int, codebook: np.ndarray | None = None) -> None:
+        super().__init__()
+        if value_bits not in VALUE_BITS:
+            raise ValueError(f"value_bits must be one of {', '.join(map(str, VALUE_BITS))}; got {value_bits}")
+        if value_bits != 16 and (codebook is None or codebook.shape != (dim, 2**value_bits)):
+            raise ValueError(f"{value_bits}-bit values need a codebook of shape ({dim}, {2**value_bits})")
+        self.dim, self.value_bits = dim, value_bits
+        table = np.zeros((dim, 0), np.float32) if codebook is None else np.asarray(codebook, np.float32)
+        self.register_buffer("codebook", torch.from_numpy(table.copy()))
+
+    def forward(self, indices: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        values = values.float()
+        empty = values == 0
+        slots = torch.where(empty, torch.full_like(indices.long(), self.dim), indices.long())
+        if self.value_bits == 16:
+            levels = float16_bits(values)
+        else:
+            levels = torch.where(empty, 0, nearest_levels(values, indices.clamp(0, self.dim - 1), self.codebook))
+        return pack_fields([(slots, index_bits(self.dim)), (levels, self.value_bits)])
 
 
 class PackedSparseCodes(Codes):
@@ -84,7 +127,10 @@ class PackedSparseCodes(Codes):
     shared_arrays = ("layout", "codebook")
     vector_form = "sparse"
     row_bytes = staticmethod(row_bytes)
+    index_bits = staticmethod(index_bits)
     nearest_levels = staticmethod(nearest_levels)
+    packer = SparsePacker
+    """``PackedSparseCodes.packer(dim, value_bits, codebook)``: the torch module that packs (indices, values)."""
 
     def __init__(self, packed: np.ndarray, dim: int, k: int, value_bits: int, codebook: np.ndarray | None = None) -> None:
         if value_bits not in VALUE_BITS:
@@ -106,23 +152,16 @@ class PackedSparseCodes(Codes):
     @classmethod
     def from_sparse(cls, indices: np.ndarray, values: np.ndarray, dim: int, value_bits: int,
                     codebook: np.ndarray | None = None) -> PackedSparseCodes:
-        """Pack fixed-k (n, k) ``indices`` / float ``values``: values of exactly 0 become empty slots, the others
-        the nearest level of their feature's codebook (or float16 values for ``value_bits=16``)."""
+        """Pack fixed-k (n, k) ``indices`` / float ``values`` (``SparsePacker``); ``codebook`` (dim, 2**value_bits)
+        float16 for 1-8 bit values."""
         if indices.shape != values.shape or indices.ndim != 2:
             raise ValueError(f"indices {indices.shape} and values {values.shape} must both be (n, k)")
         if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= dim):
             raise ValueError(f"sparse indices must lie in 0..{dim - 1}")
-        values = np.asarray(values, dtype=np.float32)
-        empty = values == 0
-        slots = np.where(empty, dim, indices.astype(np.int64))
-        if value_bits == 16:
-            levels = values.astype(np.float16).view(np.uint16)
-        else:
-            if codebook is None:
-                raise ValueError(f"{value_bits}-bit values need a codebook")
-            levels = np.where(empty, 0, nearest_levels(values, indices.astype(np.int64), codebook))
-        packed = pack_fields([(slots, index_bits(dim)), (levels, value_bits)])
-        return cls(packed, dim, indices.shape[1], value_bits, codebook)
+        packer = SparsePacker(dim, value_bits, codebook)
+        with torch.no_grad():
+            packed = packer(torch.as_tensor(np.asarray(indices, np.int64)), torch.as_tensor(np.asarray(values, np.float32)))
+        return cls(packed.numpy(), dim, indices.shape[1], value_bits, codebook)
 
     def slots(self) -> tuple[np.ndarray, np.ndarray]:
         """(indices, levels), each int64 (n, k); an empty slot has index ``dim``."""

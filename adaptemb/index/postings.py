@@ -126,7 +126,7 @@ def search_sparse(
     b = queries.shape[0]
     scores = np.empty((b, top_k), np.float32)
     ids = np.empty((b, top_k), np.int64)
-    parts = max(1, min(_threads(threads), b))
+    parts = max(1, min(worker_count(threads), b))
     _sparse_kernel()(queries.indptr.astype(np.int64), queries.indices.astype(np.int64), queries.data.astype(np.float32),
                      parts, postings.indptr, postings.ids, postings.values, postings.scale, postings.n, postings.dim,
                      postings.block_rows, top_k, scores, ids)
@@ -149,7 +149,7 @@ def search_projected(
     weights = np.ascontiguousarray(padded.reshape(n_blocks, QUERY_BLOCK, docs.dim).transpose(0, 2, 1))
     offsets = np.zeros(n_blocks * QUERY_BLOCK, np.float32)
     offsets[:b] = offset
-    workers = _threads(threads)
+    workers = worker_count(threads)
     ranges = max(1, min(-(-workers // n_blocks), docs.n // MIN_DOCS_PER_TASK))
     bounds = np.linspace(0, docs.n, ranges + 1).astype(np.int64)
     scores = np.empty((ranges, n_blocks * QUERY_BLOCK, top_k), np.float32)
@@ -166,7 +166,7 @@ def _check_top_k(n: int, top_k: int) -> None:
         raise ValueError(f"top_k must be between 1 and {n}; got {top_k}")
 
 
-def _threads(threads: int | None) -> int:
+def worker_count(threads: int | None) -> int:
     """Workers for a search: ``threads`` if given, else numba's pool capped by ``adaptemb.set_threads``."""
     if threads is not None:
         return max(1, int(threads))
@@ -190,34 +190,35 @@ def _sparse_kernel():
 
 
 def _projected_kernel():
-    """The compiled projected kernel: generated source compiled with SLP vectorisation on (see the module
-    docstring) and FMA contraction, then cached on disk by numba (keyed by this file, which holds the template)."""
+    """The compiled projected kernel: generated source (see the module docstring), compiled for both index widths."""
     global _PROJECTED_KERNEL
     if _PROJECTED_KERNEL is None:
-        import numba
-        from numba.core import config
-        from numba.core.compiler_lock import global_compiler_lock
-
-        namespace = {"np": np, "numba": numba, "__name__": __name__}
-        exec(compile(projected_kernel_source(QUERY_BLOCK), __file__, "exec"), namespace)  # noqa: S102 - our own template
-        kernel = numba.njit(parallel=True, cache=True, fastmath={"contract"})(namespace["projected_kernel"])
-        with global_compiler_lock:
-            saved, config.SLP_VECTORIZE = config.SLP_VECTORIZE, 1
-            try:
-                _compile_now(kernel)
-            finally:
-                config.SLP_VECTORIZE = saved
-        _PROJECTED_KERNEL = kernel
+        samples = [(np.zeros(1, index_type), np.ones(1, np.float32), np.ones(1, np.float32)) for index_type in (np.uint16, np.uint32)]
+        _PROJECTED_KERNEL = compile_with_slp(projected_kernel_source(QUERY_BLOCK), "projected_kernel", __file__, samples)
     return _PROJECTED_KERNEL
 
 
-def _compile_now(kernel) -> None:
-    """Compile (or load from the cache) the projected kernel for both index widths, on tiny inputs."""
+def compile_with_slp(source: str, name: str, filename: str, samples: list[tuple[np.ndarray, ...]]):
+    """Compile the kernel ``name`` defined by generated ``source`` with SLP vectorisation on and FMA contraction,
+    cached on disk by numba (keyed by ``filename``, which holds the template), and compile it now for each sample
+    of document arrays (what follows ``d_indptr`` in a projected kernel's arguments, up to ``k``), on tiny inputs."""
+    import numba
+    from numba.core import config
+    from numba.core.compiler_lock import global_compiler_lock
+
+    namespace = {"np": np, "numba": numba, "__name__": __name__}
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own template
+    kernel = numba.njit(parallel=True, cache=True, fastmath={"contract"})(namespace[name])
     weights, offsets = np.zeros((1, 2, QUERY_BLOCK), np.float32), np.zeros((1, QUERY_BLOCK), np.float32)
     out_s, out_i = np.empty((1, QUERY_BLOCK, 1), np.float32), np.empty((1, QUERY_BLOCK, 1), np.int64)
-    for index_type in (np.uint16, np.uint32):
-        kernel(weights, offsets, np.array([0, 1]), 1, np.array([0, 1]), np.zeros(1, index_type), np.ones(1, np.float32),
-               np.ones(1, np.float32), 1, out_s, out_i)
+    with global_compiler_lock:
+        saved, config.SLP_VECTORIZE = config.SLP_VECTORIZE, 1
+        try:
+            for documents in samples:
+                kernel(weights, offsets, np.array([0, 1]), 1, np.array([0, 1]), *documents, 1, out_s, out_i)
+        finally:
+            config.SLP_VECTORIZE = saved
+    return kernel
 
 
 _PROJECTED_TEMPLATE = """
