@@ -7,6 +7,7 @@ with values checked by hand on tiny cases and quality floors on the built-in dat
 from __future__ import annotations
 
 import itertools
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +244,15 @@ def test_one_file_round_trips_bit_identically(x: np.ndarray, tmp_path: Path) -> 
     for k in fitted.budgets().options():
         want, got = fitted.encode(x, k=k).to_arrays(), loaded.encode(x, k=k).to_arrays()
         assert all(np.array_equal(want[name], got[name]) for name in want)
+
+
+def test_a_composition_pickles_as_its_parts_config_and_tensors(x: np.ndarray) -> None:
+    """What Ray hands its workers: the composed class is made at run time, so it pickles by its parts."""
+    fitted = adaptemb.fit(x, "svd+rabitq", byte_budgets=[12])
+    again = pickle.loads(pickle.dumps(fitted))
+    assert type(again) is type(fitted) and again.config == fitted.config
+    np.testing.assert_array_equal(again.encode(x).codes, fitted.encode(x).codes)
+    assert not pickle.loads(pickle.dumps(adaptemb.get_compressor("svd+rabitq"))).is_fitted
 
 
 def test_a_damaged_rotation_is_refused_at_load(x: np.ndarray, tmp_path: Path) -> None:

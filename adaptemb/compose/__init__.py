@@ -8,12 +8,10 @@ its configuration.
 
 from __future__ import annotations
 
-import functools
-
-from adaptemb.compose.compressor import ComposedCompressor, default_byte_ladder
-from adaptemb.compose.config import ComposedConfig, composed_config
+from adaptemb.compose.compressor import ComposedCompressor, composed_class, default_byte_ladder
+from adaptemb.compose.config import ComposedConfig
 from adaptemb.compose.rotation import Rotation, fit_rotation, itq_rotation, random_rotation
-from adaptemb.registry import COMPOSE_SEPARATOR, set_composer
+from adaptemb.registry import set_composer
 
 __all__ = [
     "ComposedCompressor",
@@ -25,26 +23,6 @@ __all__ = [
     "itq_rotation",
     "random_rotation",
 ]
-
-
-@functools.cache
-def composed_class(projection: type, quantizer: type) -> type[ComposedCompressor]:
-    """The method class of ``projection`` followed by ``quantizer`` (one class per pair, so configs compare equal)."""
-    name = f"{projection.name}{COMPOSE_SEPARATOR}{quantizer.name}"
-    title = "".join(part.capitalize() for part in name.split(COMPOSE_SEPARATOR))
-    attributes = {
-        "__doc__": f"Composed code: the {projection.name} projection, an optional rotation, then {quantizer.name} codes.",
-        "__module__": __name__,
-        "name": name,
-        "Projection": projection,
-        "Quantizer": quantizer,
-        "Config": composed_config(name, projection.Config, quantizer.Config),
-        "fit_inputs": projection.fit_inputs | quantizer.fit_inputs,
-        # the contract fits every composition through a stored rotation (tests/test_contract.py also runs one without)
-        "test_params": {"projection": dict(projection.test_params), "quantizer": dict(quantizer.test_params),
-                        "rotation": "random"},
-    }
-    return type(f"{title}Compressor", (ComposedCompressor,), attributes)
 
 
 set_composer(composed_class)

@@ -18,6 +18,7 @@ tensors under ``projection.``, each rank's quantiser under ``rank{r}.quantizer.`
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, ClassVar
 
@@ -26,12 +27,12 @@ import torch
 
 from adaptemb.budgets import Budgets, largest_budget_within
 from adaptemb.codes import Codes, DenseCodes
-from adaptemb.compose.config import ComposedConfig, make_composed_config
+from adaptemb.compose.config import ComposedConfig, composed_config, make_composed_config
 from adaptemb.compose.rotation import Rotation, fit_rotation
 from adaptemb.errors import InvalidConfigError
 from adaptemb.linalg import has_direction
 from adaptemb.method import Compressor
-from adaptemb.registry import get_index_registry
+from adaptemb.registry import COMPOSE_SEPARATOR, get_index_registry
 from adaptemb.serialization import split_prefix
 
 SIZE_SAMPLE_ROWS = 1024
@@ -250,6 +251,12 @@ class ComposedCompressor(Compressor):
             quantizer.restore(rank, split_prefix(own, "quantizer."))
             self._stages[rank] = (rotation, quantizer)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its part classes, config and fitted tensors (the composed class is made, not imported: Ray
+        workers get a composition this way); the fit report stays behind."""
+        fitted = self.state_tensors() if self.is_fitted else None
+        return _unpickle, (self.Projection, self.Quantizer, self.config.model_dump_json(), self.dim, fitted)
+
     def restore(self, dim: int, tensors: dict[str, torch.Tensor]) -> None:
         self.dim = dim
         try:
@@ -261,3 +268,32 @@ class ComposedCompressor(Compressor):
 
 def _documents(rotation: Rotation | None, y: torch.Tensor) -> torch.Tensor:
     return y if rotation is None else rotation.documents(y)
+
+
+@functools.cache
+def composed_class(projection: type[Compressor], quantizer: type[Compressor]) -> type[ComposedCompressor]:
+    """The method class of ``projection`` followed by ``quantizer`` (one class per pair, so configs compare equal)."""
+    name = f"{projection.name}{COMPOSE_SEPARATOR}{quantizer.name}"
+    title = "".join(part.capitalize() for part in name.split(COMPOSE_SEPARATOR))
+    attributes = {
+        "__doc__": f"Composed code: the {projection.name} projection, an optional rotation, then {quantizer.name} codes.",
+        "__module__": __name__,
+        "name": name,
+        "Projection": projection,
+        "Quantizer": quantizer,
+        "Config": composed_config(name, projection.Config, quantizer.Config),
+        "fit_inputs": projection.fit_inputs | quantizer.fit_inputs,
+        # the contract fits every composition through a stored rotation (tests/test_contract.py also runs one without)
+        "test_params": {"projection": dict(projection.test_params), "quantizer": dict(quantizer.test_params),
+                        "rotation": "random"},
+    }
+    return type(f"{title}Compressor", (ComposedCompressor,), attributes)
+
+
+def _unpickle(projection: type[Compressor], quantizer: type[Compressor], config: str, dim: int | None,
+              tensors: dict[str, torch.Tensor] | None) -> ComposedCompressor:
+    cls = composed_class(projection, quantizer)
+    made = cls(config=cls.Config.model_validate_json(config))
+    if tensors is not None and dim is not None:
+        made.restore(dim, tensors)
+    return made
