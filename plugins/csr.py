@@ -75,7 +75,7 @@ class CSRConfig(TrainingConfig):
     )
     value_bits: Literal[1, 2, 3, 4, 8, 16] | None = Field(
         None, description="Bits per stored value: 1-8: levels of a per-feature codebook fitted on the fit rows; 16: "
-        "float16; None: for each k the fewest bits within 0.005 of its best held-out recall@10 (measured at fit).")
+        "float16; None: per k, the bits of its best code on the frontier of held-out recall@10 against bytes (measured at fit).")
     # training defaults, measured for this method (see the docs)
     epochs: int = Field(10, ge=1, description="Passes over the training rows (at most).")
     batch_size: int = Field(256, ge=2, description="Rows per optimisation step.")
@@ -161,7 +161,7 @@ class CSRCompressor(Compressor):
         docs = docs[torch.randperm(len(docs), generator=self.generator)[:_CODEBOOK_ROWS]]
         with torch.inference_mode():
             self._tables = fit_value_tables(lambda rows, k: model.sparse_codes(model.normalise(rows), k),
-                                            self._query_projection, docs, self._query_rows(queries), model.hidden)
+                                            self._query_projection, self._query_rows, docs, queries, model.hidden)
         assert self.fit_report is not None
         self.fit_report["extra"]["value_choices"] = self._tables.rows()
 
@@ -299,7 +299,7 @@ class CSRCompressor(Compressor):
         self._require_fitted()
         hidden = self._fitted_model.hidden
         if self.config.value_bits is None and self._tables is not None:
-            return self._tables.budget_for_bytes(nbytes, hidden)
+            return self._tables.budget_for_bytes(nbytes)
         width = PackedSparseCodes.index_bits(hidden) + self.value_bits(1)
         k = min(hidden, int(8 * int(nbytes) // width))
         return k if k >= 1 else None

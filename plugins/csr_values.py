@@ -4,9 +4,9 @@ After training, ``fit_value_tables`` encodes a sample of the training rows at ev
 for each k, a per-feature codebook of 2, 4, 8 and 16 levels (1-4 bit values: a 1-D k-means of the feature's
 values among the top-k) and a per-feature range (8-bit values: 256 even steps). It then scores a held-out slice
 of the fit rows, as queries, against the sample's packed codes at every (k, b) and keeps the recall@10 of the
-exact float neighbours: the choice table. For each k the value bits are the fewest whose recall is within
-``RECALL_TOLERANCE`` of that k's best (``ValueTables.value_bits``); ``encode(x, bytes=B)`` takes the k of the
-best recall whose code fits B (``ValueTables.budget_for_bytes``).
+exact float neighbours: the choice table. Each k keeps the value bits of its best point on the measured frontier
+(the codes no cheaper code recalls more than: ``ValueTables.bits_by_k``), so that ``encode(x, bytes=B)``, which
+takes the k of the best recall whose code fits B (``ValueTables.budget_for_bytes``), lands on the frontier.
 
 Everything is saved with the model: ``codebooks`` (K, h, 32) float16 (the 2 + 4 + 8 + 16 codebook entries and
 the 8-bit range of each k of the grid) and ``choices`` (m, 4) float32 rows (k, value bits, bytes, recall).
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -23,7 +24,7 @@ import torch
 
 from adaptemb import PackedSparseCodes
 
-CHOICE_K = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16, 18, 20, 24, 28, 32, 40, 48, 64)
+CHOICE_K = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16, 18, 20, 24, 28, 32, 40, 48, 64, 80, 96, 128)
 """The k at which codebooks are fitted and the choice measured (a k between two uses the lower one's codebook)."""
 CODEBOOK_BITS = (1, 2, 3, 4)
 """Value bits with a fitted per-feature codebook; 8 bits use the feature's range, 16 bits float16 values."""
@@ -37,32 +38,30 @@ LLOYD_ITERATIONS = 8
 
 def fit_codebook(values: np.ndarray, features: np.ndarray, dim: int, levels: int) -> np.ndarray:
     """Per-feature 1-D k-means (Lloyd, quantile start) of the positive ``values`` of ``features``: (dim, levels)
-    float32, rows ascending; a feature seen fewer than ``levels`` times takes the codebook of all values pooled."""
+    float32, rows ascending; a feature seen fewer than ``levels`` times takes the codebook of all values pooled.
+    Each feature's values are sorted once, so an iteration cuts every run at its midpoints (``searchsorted``) and
+    sums the cells from prefix sums: O(dim * levels * log n), not O(n * levels)."""
     keep = values > 0
     v, f = values[keep].astype(np.float64), features[keep].astype(np.int64)
     if not len(v):
         return np.tile(np.linspace(0.0, 1.0, levels, dtype=np.float32), (dim, 1))
-    pooled = _lloyd(v, np.zeros(len(v), np.int64), 1, levels)[0] if dim > 1 else None
-    books = _lloyd(v, f, dim, levels)
-    if pooled is not None:
-        books[np.bincount(f, minlength=dim) < levels] = pooled
-    return books.astype(np.float32)
-
-
-def _lloyd(v: np.ndarray, f: np.ndarray, dim: int, levels: int) -> np.ndarray:
     order = np.lexsort((v, f))
     v, f = v[order], f[order]
     counts = np.bincount(f, minlength=dim)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    span = 2.0 * (v.max() - v.min() + 1.0)  # keys f * span + v ascend over the whole sorted run
+    keys, prefix = f * span + v, np.concatenate([[0.0], np.cumsum(v)])
     position = np.floor((np.arange(levels) + 0.5) / levels * np.maximum(counts, 1)[:, None]).astype(np.int64)
-    books = v[np.minimum(starts[:, None] + position, len(v) - 1)]
+    books = v[np.minimum(starts[:-1, None] + position, len(v) - 1)]
     for _ in range(LLOYD_ITERATIONS):
-        found = PackedSparseCodes.nearest_levels(torch.from_numpy(v), torch.from_numpy(f), torch.from_numpy(books))
-        assigned = found.numpy() + f * levels
-        sums = np.bincount(assigned, weights=v, minlength=dim * levels).reshape(dim, levels)
-        sizes = np.bincount(assigned, minlength=dim * levels).reshape(dim, levels)
-        books = np.sort(np.where(sizes > 0, sums / np.maximum(sizes, 1), books), axis=1)
-    return books
+        midpoints = (books[:, 1:] + books[:, :-1]) / 2  # a value equal to a midpoint takes the lower level
+        cuts = np.searchsorted(keys, np.arange(dim)[:, None] * span + midpoints, side="right")
+        edges = np.concatenate([starts[:-1, None], cuts, starts[1:, None]], axis=1)
+        sizes = np.diff(edges, axis=1)
+        books = np.where(sizes > 0, (prefix[edges[:, 1:]] - prefix[edges[:, :-1]]) / np.maximum(sizes, 1), books)
+    if dim > 1:
+        books[counts < levels] = fit_codebook(v, np.zeros(len(v), np.int64), 1, levels)[0]
+    return np.sort(books, axis=1).astype(np.float32)
 
 
 def range_codebook(values: np.ndarray, features: np.ndarray, dim: int) -> np.ndarray:
@@ -85,6 +84,15 @@ def expand_range(bounds: np.ndarray) -> np.ndarray:
     return (low + (high - low) * steps).astype(np.float16)
 
 
+def codebook_of(row: np.ndarray, value_bits: int) -> np.ndarray | None:
+    """The float16 (h, 2**b) codebook of ``value_bits`` in one k's (h, 32) ``codebooks`` row (None for float16)."""
+    if value_bits == 16:
+        return None
+    if value_bits == 8:
+        return expand_range(row[:, RANGE_COLUMNS])
+    return np.ascontiguousarray(row[:, CODEBOOK_COLUMNS[value_bits]])
+
+
 @dataclass(frozen=True)
 class ValueTables:
     """The per-k codebooks and the measured choice table (see the module docstring)."""
@@ -99,29 +107,36 @@ class ValueTables:
 
     def codebook(self, k: int, value_bits: int) -> np.ndarray | None:
         """The float16 (h, 2**b) codebook for codes of k values at ``value_bits`` (None for float16 values)."""
-        if value_bits == 16:
-            return None
-        row = self.codebooks[int(np.searchsorted(self.ks, k, side="right")) - 1].numpy()
-        if value_bits == 8:
-            return expand_range(row[:, RANGE_COLUMNS])
-        return np.ascontiguousarray(row[:, CODEBOOK_COLUMNS[value_bits]])
+        return codebook_of(self.codebooks[int(np.searchsorted(self.ks, k, side="right")) - 1].numpy(), value_bits)
 
     def value_bits(self, k: int) -> int:
-        """The fewest value bits whose recall at k (the grid's k at or below it) is within the tolerance of its best."""
-        grid_k = self.ks[int(np.searchsorted(self.ks, k, side="right")) - 1]
-        rows = self.choices[self.choices[:, 0] == grid_k].numpy()
-        good = rows[rows[:, 3] >= rows[:, 3].max() - RECALL_TOLERANCE]
-        return int(good[:, 1].min())
+        """The value bits of codes at k (the grid's k at or below it): see ``bits_by_k``."""
+        return self.bits_by_k[int(self.ks[int(np.searchsorted(self.ks, k, side="right")) - 1])]
 
-    def budget_for_bytes(self, nbytes: float, hidden: int) -> int | None:
-        """The grid k of the best held-out recall whose code (at its ``value_bits``) fits ``nbytes``; None if none fits."""
-        best: tuple[float, int] | None = None
+    @cached_property
+    def bits_by_k(self) -> dict[int, int]:
+        """Per grid k, the bits of its best-recall point on the measured frontier (no cheaper code recalls more);
+        a k with none there keeps the fewest bits within ``RECALL_TOLERANCE`` of its best."""
+        rows = self.choices.numpy()
+        frontier, best = [], -np.inf
+        for i in np.lexsort((-rows[:, 3], rows[:, 2])):  # bytes ascending, then recall descending
+            if rows[i, 3] > best:
+                frontier.append(rows[i])
+                best = rows[i, 3]
+        bits = {}
         for k in self.ks:
-            bits = self.value_bits(int(k))
-            recall = float(self.choices[(self.choices[:, 0] == k) & (self.choices[:, 1] == bits), 3][0])
-            if PackedSparseCodes.row_bytes(int(k), hidden, bits) <= nbytes and (best is None or recall > best[0]):
-                best = (recall, int(k))
-        return None if best is None else best[1]
+            on = [row for row in frontier if row[0] == k]
+            if on:
+                bits[int(k)] = int(max(on, key=lambda row: row[3])[1])
+            else:
+                own = rows[rows[:, 0] == k]
+                bits[int(k)] = int(own[own[:, 3] >= own[:, 3].max() - RECALL_TOLERANCE, 1].min())
+        return bits
+
+    def budget_for_bytes(self, nbytes: float) -> int | None:
+        """The grid k of the best held-out recall whose code (at its ``value_bits``) fits ``nbytes``; None if none fits."""
+        rows = [row for row in self.choices.tolist() if row[1] == self.bits_by_k[int(row[0])] and row[2] <= nbytes]
+        return None if not rows else int(max(rows, key=lambda row: (row[3], -row[0]))[0])
 
     def rows(self) -> list[dict[str, float]]:
         """The choice table as rows (k, value_bits, bytes, recall@10, chosen: the k's own value bits)."""
@@ -131,33 +146,48 @@ class ValueTables:
 
 def fit_value_tables(slots: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]],
                      project: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
-                     docs: torch.Tensor, queries: torch.Tensor, hidden: int) -> ValueTables:
-    """Codebooks from ``docs`` (normalised training rows) and the choice table measured with ``queries``
-    (normalised held-out rows): ``slots(rows, k)`` gives (values, indices) of the top-k, ``project(rows)`` the
-    asymmetric query (values, offset)."""
+                     as_scored: Callable[[torch.Tensor], torch.Tensor], docs: torch.Tensor, queries: torch.Tensor,
+                     hidden: int) -> ValueTables:
+    """Codebooks from ``docs`` (training rows) and the choice table measured with the held-out ``queries``:
+    ``slots(rows, k)`` gives (values, indices) of the top-k, ``project(rows)`` the asymmetric query (values, offset)
+    of rows ``as_scored`` (e.g. unit rows), which also give the exact float neighbours."""
     ks = [k for k in CHOICE_K if k <= hidden]
     values, indices = (t.numpy() for t in slots(docs, ks[-1]))
-    truth = torch.topk(queries @ docs.T, min(10, len(docs)), dim=1).indices.numpy()
+    queries = as_scored(queries)
+    truth = torch.topk(queries @ as_scored(docs).T, min(10, len(docs)), dim=1).indices.numpy()
     weights, offset = (t.numpy() for t in project(queries))
     books, table = [], []
     for k in ks:
         row = np.zeros((hidden, 32), np.float32)
-        v, f = values[:, :k].ravel(), indices[:, :k].ravel()
+        v, f = values[:, :k], indices[:, :k]
         for bits in CODEBOOK_BITS:
-            row[:, CODEBOOK_COLUMNS[bits]] = fit_codebook(v, f, hidden, 2**bits)
-        row[:, RANGE_COLUMNS] = range_codebook(v, f, hidden)
+            row[:, CODEBOOK_COLUMNS[bits]] = fit_codebook(v.ravel(), f.ravel(), hidden, 2**bits)
+        row[:, RANGE_COLUMNS] = range_codebook(v.ravel(), f.ravel(), hidden)
         books.append(row.astype(np.float16))
         for bits in MEASURED_BITS:
-            codebook = None if bits == 16 else (expand_range(books[-1][:, RANGE_COLUMNS]) if bits == 8 else
-                                                np.ascontiguousarray(books[-1][:, CODEBOOK_COLUMNS[bits]]))
-            codes = PackedSparseCodes.from_sparse(indices[:, :k], values[:, :k], hidden, bits, codebook)
-            recall = _recall(weights, offset, codes.to_csr(), truth)
-            table.append([k, bits, codes.bytes_per_vector, recall])
+            stored = _stored_values(v, f, bits, codebook_of(books[-1], bits))
+            docs_matrix = sp.csr_matrix((stored.ravel(), f.ravel(), np.arange(0, f.size + 1, k)), shape=(len(f), hidden))
+            table.append([k, bits, PackedSparseCodes.row_bytes(k, hidden, bits), _recall(weights, offset, docs_matrix, truth)])
     return ValueTables(torch.from_numpy(np.stack(books)), torch.tensor(table, dtype=torch.float32))
+
+
+def _stored_values(values: np.ndarray, indices: np.ndarray, bits: int, codebook: np.ndarray | None) -> np.ndarray:
+    """The values packed codes of ``bits`` store for these slots: the nearest entry of the feature's codebook (a
+    value on a float32 midpoint takes the lower), as ``PackedSparseCodes.packer`` quantises, found by one
+    ``searchsorted`` over every feature's midpoints (keys ``feature * span + value``)."""
+    if codebook is None:
+        return values.astype(np.float16).astype(np.float32)
+    entries = codebook.astype(np.float32)
+    midpoints = ((entries[:, 1:] + entries[:, :-1]) / 2).astype(np.float64)
+    span = 2.0 * (max(float(np.abs(entries).max()), float(np.abs(values).max())) + 1.0)
+    features = np.arange(len(entries))[:, None]
+    below = np.searchsorted((features * span + midpoints).ravel(), indices * span + values.astype(np.float64), side="left")
+    levels = below - indices * midpoints.shape[1]
+    return np.where(values == 0, 0.0, entries[indices, levels]).astype(np.float32)
 
 
 def _recall(weights: np.ndarray, offset: np.ndarray, docs: sp.csr_matrix, truth: np.ndarray) -> float:
     """Mean share of each query's exact top-10 among its top-10 by ``<weights, doc> + offset``."""
-    scores = torch.from_numpy(np.ascontiguousarray((docs @ weights.T).T) + offset[:, None])
-    found = torch.topk(scores, truth.shape[1], dim=1).indices.numpy()
-    return float(np.mean([len(np.intersect1d(a, b)) for a, b in zip(found, truth)]) / truth.shape[1])
+    scores = torch.from_numpy(np.asarray(docs @ weights.T)) + torch.from_numpy(offset)[None, :]  # (docs, queries)
+    found = torch.topk(scores, truth.shape[1], dim=0).indices.T.numpy()
+    return float((found[:, :, None] == truth[:, None, :]).any(axis=2).mean())

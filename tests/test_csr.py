@@ -204,3 +204,29 @@ def test_quality_floor_on_real_embeddings() -> None:
         pca = _ndcg_at_10(svd.score(svd.encode_queries(queries, k=k), svd.encode(corpus, k=k)), qrels)
         assert ours > pca, f"k={k}: csr {ours:.3f} <= pca {pca:.3f}"
         assert ours >= 0.6 * full, f"k={k}: csr keeps {ours / full:.0%} of full NDCG@10"
+
+
+def test_codebooks_are_per_feature_k_means() -> None:
+    from adaptemb_plugins.csr_values import fit_codebook
+
+    values = np.array([1.0, 1.2, 0.8, 5.0, 5.5, 4.5, 2.0, 3.0, 0.0], np.float32)  # feature 0: two clusters
+    features = np.array([0, 0, 0, 0, 0, 0, 1, 1, 2])  # feature 1: too rare for 4 levels; 2: only a zero
+    two = fit_codebook(values, features, 3, 2)
+    np.testing.assert_allclose(two[0], [1.0, 5.0], rtol=1e-6)
+    np.testing.assert_allclose(two[1], [2.0, 3.0], rtol=1e-6)  # its own two values
+    four = fit_codebook(values, features, 3, 4)
+    np.testing.assert_array_equal(four[1], four[2])  # rare and unseen features take the pooled codebook
+    assert np.all(np.diff(four, axis=1) >= 0)
+
+
+def test_value_bits_follow_the_measured_frontier() -> None:
+    """Per k, the bits of its best point on the frontier (no cheaper code recalls more); a k with none there keeps
+    the fewest bits within the tolerance of its best; a byte budget takes the best recall that fits."""
+    from adaptemb_plugins.csr_values import ValueTables
+
+    rows = [[2, 1, 4, 0.50], [2, 2, 5, 0.52], [2, 4, 6, 0.53],  # k=2: 1 and 2 bits on the frontier, 4 bits too
+            [3, 1, 6, 0.60], [3, 2, 7, 0.65],  # k=3 at 6 B beats k=2 at 6 B
+            [4, 1, 8, 0.64], [4, 2, 9, 0.644]]  # k=4: never on the frontier (k=3 recalls more for less)
+    tables = ValueTables(torch.zeros(3, 8, 32, dtype=torch.float16), torch.tensor(rows))
+    assert tables.bits_by_k == {2: 2, 3: 2, 4: 1}
+    assert [tables.budget_for_bytes(b) for b in (3, 4, 5, 6, 7, 9)] == [None, None, 2, 2, 3, 3]
