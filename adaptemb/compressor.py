@@ -83,6 +83,10 @@ class CompressorCore(ABC):
     at a rank ``k``: the first part) or a ``"quantizer"`` (codes of the projected values: the second part)."""
     sign_bits: ClassVar[bool] = False
     """True for a quantiser whose codes are one sign bit per dimension: a composition rotates before it by default."""
+    bench_partner: ClassVar[Literal["always", "supervised", "matryoshka"] | None] = None
+    """When ``adaptemb bench``'s default method list composes this part (a ``role``) with the other role's partners:
+    ``"always"``; ``"supervised"``: when the dataset brings pairs or labels this method learns from (``fit_inputs``);
+    ``"matryoshka"``: when the embeddings are Matryoshka-trained (``adaptemb bench --matryoshka``); None: never."""
 
     def __init__(self, config: CompressorConfig | None = None, **params: Any) -> None:
         if config is not None and params:

@@ -39,7 +39,7 @@ class BinaryCompressor(Unbudgeted, Compressor):
     """Sign bits packed 8 per byte (32x smaller than float32); +-1 dot / Hamming scoring."""
 
     name = "binary"
-    role, sign_bits = "quantizer", True
+    role, sign_bits, bench_partner = "quantizer", True, "always"
     Config = BinaryConfig
     budget_help = "no budget: keeps 1 bit for each of the d dims"
     exportable = True

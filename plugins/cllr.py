@@ -115,7 +115,7 @@ class CLLRCompressor(Compressor):
     """Learned projection z = L(x − μ) (NCE + λ·(reconstruction + α·Ω)), prefixes ordered by strength."""
 
     name = "cllr"
-    role = "projection"
+    role, bench_partner = "projection", "supervised"
     Config = CLLRConfig
     budget_help = "code dims r, 1 <= r <= rank of the learned L (<= h = 256 by default); one fit serves every r"
     exportable = True

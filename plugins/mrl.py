@@ -53,7 +53,7 @@ class MRLCompressor(Compressor):
     """Matryoshka truncation: keep the first k dims and L2-normalise (optionally after a learned adapter)."""
 
     name = "mrl"
-    role = "projection"
+    role, bench_partner = "projection", "matryoshka"
     Config = MRLConfig
     budget_help = "prefix length m, 1 <= m <= d"
     exportable = True

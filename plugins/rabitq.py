@@ -109,7 +109,7 @@ class RaBitQCompressor(FaissCompressor):
     """faiss RaBitQ (1..4 bits per dimension): sign codes with per-row factors, unbiased IP estimates."""
 
     name = "rabitq"
-    role = "quantizer"
+    role, bench_partner = "quantizer", "always"
     Config = RaBitQConfig
     budget_help = f"bits per dimension, 1..{MAX_BITS} (d / 8 + 8 bytes per vector at 1 bit); one fit serves all"
     doc_kind = "rabitq"

@@ -29,7 +29,7 @@ class SVDCompressor(Compressor):
     """PCA: project mean-centred embeddings on the top-r principal directions (dot-product scoring)."""
 
     name = "svd"
-    role = "projection"
+    role, bench_partner = "projection", "always"
     Config = SVDConfig
     budget_help = "rank r, 1 <= r <= components kept (all d by default)"
     exportable = True

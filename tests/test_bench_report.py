@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.colors as mcolors
+import numpy as np
 import pytest
 from rich.console import Console
 
 import adaptemb
 from adaptemb.evaluate import report
 from adaptemb.evaluate.colours import PALETTE, REFERENCE_COLOURS, method_colour, method_colours
+from adaptemb.evaluate.metrics import PER_QUERY_NDCG
 from adaptemb.evaluate.recommend import MethodSizes, recommend
 from adaptemb.evaluate.runner import BenchResult
 from adaptemb.registry import CompressorRegistry
@@ -31,8 +33,14 @@ def _row(method: str, k: int | None, nbytes: float, ndcg: float, *, variant: str
             "latency_p90_s": 0.0634, "fit_s": fit_s, "device": "cpu"}
 
 
+def _hits(ndcg: float, queries: int = 200) -> list[float]:
+    """Per-query NDCG@10 of 0 or 1 whose mean is about ``ndcg`` (the same list for the same ``ndcg``)."""
+    return (np.random.default_rng(round(ndcg * 1e4)).random(queries) < ndcg).astype(float).tolist()
+
+
 def _scale_row(method: str, k: int | None, nbytes: float, ndcg: float, ms: float) -> dict[str, Any]:
-    return {"method": method, "k": k, "variant": "scale", "n": 200_000, "ndcg_at_10": ndcg, "recall_at_10": ndcg + 0.1,
+    return {"method": method, "k": k, "variant": "scale", "n": 200_000, "ndcg_at_10": ndcg, PER_QUERY_NDCG: _hits(ndcg),
+            "recall_at_10": ndcg + 0.1,
             "mrr_at_10": ndcg - 0.03, "neighbour_recall_at_10": 0.9, "bytes_per_vector": nbytes, "encode_s": 3.2,
             "index_build_s": 1.25, "index_mb": 12.5, "peak_memory_mb": 310.0, "backend": "numba-rows",
             "latency_per_query_ms": ms, "latency_p10_s": 0.01, "latency_p90_s": 0.02, "speedup_vs_flat": 3.5,
@@ -84,6 +92,7 @@ def test_compact_tables_fit_100_columns_without_truncating() -> None:
         if entry["best"] is not None:
             assert entry["best"]["label"] in text and entry["fastest"]["label"] in text
     assert "nothing fits" in text
+    assert "95% CI [" in text and "within noise:" in text  # the margin's interval and the pick
 
 
 def test_wide_mode_has_every_column_and_folds_rather_than_truncates() -> None:
@@ -102,6 +111,13 @@ def test_markdown_report_explains_nothing_fits_and_the_scale_basis(tmp_path: Pat
     assert "scale study's rows at 200,000 rows" in text and "corpus rows of the table alone" in text
     assert "Nothing fits 8 B per vector:" in text
     assert "- int8: fixed 384 B per vector" in text and "- sq: smallest code 192 B per vector (k=4)" in text
+    assert "paired bootstrap over the judged queries" in text and "faster to search by more than a factor 1.25, else the faster to fit" in text
+    for entry in result.recommendation:  # each budget's interval and pick, in full
+        if entry["margin_interval"] is not None:
+            low, high = entry["margin_interval"]
+            assert f"95% CI [{low:+.4f}, {high:+.4f}]" in text
+            pick = "within noise" if entry["within_noise"] else "clear"
+            assert f"{pick}: {entry['recommended']['label']}" in text
 
 
 # -- colours --------------------------------------------------------------------------------------

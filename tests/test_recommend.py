@@ -9,7 +9,8 @@ import scipy.sparse as sp
 
 import adaptemb
 from adaptemb.datasets import Dataset
-from adaptemb.evaluate.recommend import pareto_front, recommend, row_label
+from adaptemb.evaluate.metrics import PER_QUERY_NDCG
+from adaptemb.evaluate.recommend import cheaper, paired_bootstrap_interval, pareto_front, recommend, row_label
 from adaptemb.evaluate.runner import BenchConfig, run_bench
 
 
@@ -57,6 +58,53 @@ def test_ties_prefer_fewer_bytes_and_runner_up_is_another_method() -> None:
     rows = [_row("a", 1, 16, 0.5, 1.0), _row("a", 2, 32, 0.5, 1.0), _row("a", 3, 32, 0.4, 1.0)]
     (entry,) = recommend(rows, [32])
     assert entry["best"]["label"] == "a k=1" and entry["runner_up"] is None and entry["margin"] is None
+
+
+def test_paired_bootstrap_interval_by_hand() -> None:
+    same = [0.2, 0.5, 1.0, 0.0] * 10
+    assert paired_bootstrap_interval(same, same) == (0.0, 0.0)  # identical per-query scores: no margin at all
+    low, high = paired_bootstrap_interval([v + 0.1 for v in same], same)  # every query 0.1 better: every draw 0.1
+    assert low == pytest.approx(0.1) and high == pytest.approx(0.1)
+    # +1 on 100 queries, -1 on 100: mean 0, standard error 1 / sqrt(200) = 0.0707, so about ±1.96 × 0.0707
+    a, b = [1.0] * 100 + [0.0] * 100, [0.0] * 100 + [1.0] * 100
+    low, high = paired_bootstrap_interval(a, b, seed=3)
+    assert low == pytest.approx(-0.139, abs=0.02) and high == pytest.approx(0.139, abs=0.02)
+    assert paired_bootstrap_interval(a, b, seed=3) == (low, high)  # seeded: the same interval again
+    # a clear winner: +1 on 60 queries, -1 on 20, 0 on 20: mean 0.4, standard error 0.8 / 10 = 0.08
+    a, b = [1.0] * 60 + [0.0] * 20 + [0.5] * 20, [0.0] * 60 + [1.0] * 20 + [0.5] * 20
+    low, high = paired_bootstrap_interval(a, b)
+    assert low == pytest.approx(0.4 - 0.157, abs=0.03) and high == pytest.approx(0.4 + 0.157, abs=0.03) and low > 0
+    with pytest.raises(ValueError, match="equally long"):
+        paired_bootstrap_interval([1.0, 0.0], [1.0])
+
+
+def _scored(method: str, per_query: list[float], ms: float, fit_s: float) -> dict[str, object]:
+    return {**_row(method, 32, 32, float(np.mean(per_query)), ms, fit_s), PER_QUERY_NDCG: per_query}
+
+
+def test_within_noise_the_cheaper_row_is_recommended() -> None:
+    # opq: 102 of 200 queries hit, pq: 100 (100 of them the others): margin 0.01, interval about ±0.14
+    opq, pq = [1.0] * 102 + [0.0] * 98, [0.0] * 100 + [1.0] * 100
+    (entry,) = recommend([_scored("opq", opq, 0.25, 60.0), _scored("pq", pq, 0.20, 3.0)], [32])
+    assert entry["best"]["label"] == "opq k=32" and entry["margin"] == pytest.approx(0.01)
+    low, high = entry["margin_interval"]
+    assert low < 0 < high and entry["within_noise"] is True
+    assert entry["recommended"]["label"] == "pq k=32"  # latencies within a factor 1.25 tie; pq fits in 3 s, not 60
+    (entry,) = recommend([_scored("opq", opq, 0.10, 1.0), _scored("pq", pq, 0.20, 3.0)], [32])
+    assert entry["within_noise"] is True and entry["recommended"]["label"] == "opq k=32"  # cheaper as well
+    (entry,) = recommend([_scored("opq", opq, 0.10, 90.0), _scored("pq", pq, 0.20, 3.0)], [32])
+    assert entry["recommended"]["label"] == "opq k=32"  # twice as fast to search: that outweighs its fit time
+    slow_fit, unknown = _row("a", 1, 8, 0.5, 0.10, 90.0), _row("b", 1, 8, 0.5, None, 1.0)  # type: ignore[arg-type]
+    assert cheaper(_row("c", 1, 8, 0.5, 0.12, 1.0), slow_fit) and not cheaper(slow_fit, _row("c", 1, 8, 0.5, 0.12, 1.0))
+    assert not cheaper(unknown, slow_fit) and not cheaper(slow_fit, unknown)
+    clear = [1.0] * 180 + [0.0] * 20  # +1 on 80 queries, 0 on the rest: margin 0.4
+    (entry,) = recommend([_scored("opq", clear, 0.25, 60.0), _scored("pq", [0.0] * 80 + [1.0] * 100 + [0.0] * 20,
+                                                                       0.20, 3.0)], [32])
+    assert entry["margin_interval"][0] > 0 and entry["within_noise"] is False
+    assert entry["recommended"]["label"] == "opq k=32"
+    (entry,) = recommend(ROWS, [32])  # rows without per-query scores: no interval, the best is recommended
+    assert entry["margin_interval"] is None and entry["within_noise"] is None
+    assert entry["recommended"]["label"] == "opq k=32"
 
 
 def test_pareto_front_keeps_only_undominated_rows_by_bytes() -> None:

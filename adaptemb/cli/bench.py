@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -42,11 +43,45 @@ def method_params(items: list[str]) -> dict[str, dict[str, Any]]:
     return grouped
 
 
-def default_methods() -> list[str]:
-    """Every registered method, built-in or third-party, in name order: the honest default comparison."""
+def default_methods(supervision: Collection[str] = (), *, matryoshka: bool = False) -> list[str]:
+    """Every registered method, built-in or third-party, in name order, then the default compositions
+    (``default_compositions``): the honest default comparison."""
     from adaptemb.registry import get_registry
 
-    return get_registry().names()
+    return get_registry().names() + default_compositions(supervision, matryoshka=matryoshka)
+
+
+def default_compositions(supervision: Collection[str] = (), *, matryoshka: bool = False) -> list[str]:
+    """Every ``"projection+quantizer"`` of the registered methods whose parts both declare themselves default
+    partners under the run's conditions (``Compressor.bench_partner``): ``"always"``; ``"supervised"`` when
+    ``supervision`` (what the dataset brings: ``"pairs"``, ``"labels"``) meets the method's ``fit_inputs``;
+    ``"matryoshka"`` when the embeddings are Matryoshka-trained."""
+    from adaptemb.registry import COMPOSE_SEPARATOR, get_registry
+
+    registry = get_registry()
+
+    def partners(role: str) -> list[str]:
+        return [name for name in registry.with_role(role) if _partners(registry.get(name), set(supervision), matryoshka)]
+
+    return [f"{p}{COMPOSE_SEPARATOR}{q}" for p in partners("projection") for q in partners("quantizer")]
+
+
+def _partners(cls: Any, supervision: set[str], matryoshka: bool) -> bool:
+    when = getattr(cls, "bench_partner", None)
+    return when == "always" or (when == "supervised" and bool(supervision & cls.fit_inputs)) or (
+        when == "matryoshka" and matryoshka)
+
+
+def _check_names(names: list[str], params: list[str]) -> None:
+    """A clear error for an empty or unknown method, or a ``--param`` of a method not benchmarked."""
+    from adaptemb.evaluate.runner import check_methods
+
+    if not names:
+        raise ValueError("--methods is empty; name at least one registered method")
+    check_methods(names)
+    unknown = sorted(set(method_params(params)) - set(names))
+    if unknown:
+        raise ValueError(f"--param names method(s) {', '.join(unknown)} that are not in --methods ({', '.join(names)})")
 
 
 @app.command("bench")
@@ -54,7 +89,12 @@ def default_methods() -> list[str]:
 def bench_command(
     data: Annotated[str, typer.Option("--data", help="Dataset file, folder or built-in name.")] = "default",
     methods: Annotated[str | None, typer.Option(
-        "--methods", help="Comma list of registered methods (default: every registered one; `adaptemb plugins` lists them).")] = None,
+        "--methods", help="Comma list of registered methods or compositions such as svd+binary (default: every "
+        "registered method and the default compositions, see docs/bench.md; `adaptemb plugins` lists them).")] = None,
+    matryoshka: Annotated[bool, flag("matryoshka", "The embeddings are Matryoshka-trained: the default method list "
+                                     "adds the compositions of projections made for them (mrl+binary, ...).")] = False,
+    fit_labels: Annotated[bool, flag("fit-labels", "Fit the methods that learn from labels (csr, cllr, cllr+binary, "
+                                     "...) with the dataset's corpus labels.")] = True,
     budgets: Annotated[str | None, typer.Option(
         "--budgets", help="Comma list of budgets k in each method's own unit (active dims, bits, sub-quantisers); "
         "instead of --bytes.")] = None,
@@ -90,17 +130,13 @@ def bench_command(
     """Benchmark compression methods on a dataset: NDCG@10, recall, MRR, 1-NN, bytes/vector, latency."""
     from adaptemb.datasets import load_dataset
     from adaptemb.evaluate.report import print_table, write_report
-    from adaptemb.evaluate.runner import BenchConfig, check_methods, run_bench
+    from adaptemb.evaluate.runner import BenchConfig, fit_supervision, run_bench
     from adaptemb.evaluate.scale import ScaleConfig
 
     console = Console(stderr=True, quiet=quiet)
-    names = [m.strip() for m in methods.split(",") if m.strip()] if methods is not None else default_methods()
-    if not names:
-        raise ValueError("--methods is empty; name at least one registered method")
-    check_methods(names)
-    unknown = sorted(set(method_params(param or [])) - set(names))
-    if unknown:
-        raise ValueError(f"--param names method(s) {', '.join(unknown)} that are not in --methods ({', '.join(names)})")
+    names = None if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
+    if names is not None:  # the default list is known once the dataset is loaded
+        _check_names(names, param or [])
     scale_config = None
     if scale:
         scale_ks: tuple[int | None, ...] = (None,) if scale_budgets.strip() == "default" else tuple(
@@ -112,15 +148,18 @@ def bench_command(
     if budgets is not None and nbytes is not None:
         raise ValueError("pass --bytes (byte budgets) or --budgets (each method's own k), not both")
     byte_budgets = None if budgets is not None else parse_ints(nbytes or DEFAULT_BYTES, "--bytes")
-    config = BenchConfig(methods=names, budgets=parse_ints(budgets or DEFAULT_BUDGETS, "--budgets"), bytes=byte_budgets,
-                         device=device.value, rerank=rerank,
-                         shortlist=shortlist, seed=seed, rounds=rounds, warmup=warmup, batch_size=batch_size,
-                         method_params=method_params(param or []), fit_progress=not quiet, scale=scale_config)
+    config = BenchConfig(methods=names or [], budgets=parse_ints(budgets or DEFAULT_BUDGETS, "--budgets"), bytes=byte_budgets,
+                         device=device.value, rerank=rerank, shortlist=shortlist, seed=seed, rounds=rounds, warmup=warmup,
+                         batch_size=batch_size, method_params=method_params(param or []), fit_progress=not quiet,
+                         fit_labels=fit_labels, scale=scale_config)
     progress = (lambda msg: console.print(f"[dim]- {msg}[/dim]"))
     progress(f"loading dataset {data}")
     with warnings.catch_warnings():  # ignored extra arrays become a note of the report instead
         warnings.simplefilter("ignore", UserWarning)
         dataset = load_dataset(data, seed=seed, progress=not quiet)
+    if names is None:
+        config.methods = default_methods(fit_supervision(dataset) if fit_labels else (), matryoshka=matryoshka)
+        _check_names(config.methods, param or [])
     result = run_bench(dataset, config, progress=progress)
     files = write_report(result, out)
     # piped output without COLUMNS: do not squeeze the table

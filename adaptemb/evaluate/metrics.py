@@ -63,6 +63,18 @@ def ndcg_at_k(ranked_ids: np.ndarray, qrels: sp.csr_matrix, k: int = 10) -> np.n
         return np.where(ideal > 0, dcg / ideal, np.nan)
 
 
+PER_QUERY_NDCG = "ndcg_at_10_per_query"
+"""The row key of a bench row's per-query NDCG@10 (``judged_ndcg_at_10``), kept for the recommendation's paired
+bootstrap; in results.json, not printed."""
+
+
+def judged_ndcg_at_10(ranked_ids: np.ndarray, qrels: sp.csr_matrix) -> list[float]:
+    """NDCG@10 of each judged query (one with a relevant row; the queries ``evaluate_ranking`` averages), in query
+    order, rounded to 6 decimals: the per-query values of a row's mean NDCG@10."""
+    values = ndcg_at_k(ranked_ids, qrels, 10)
+    return np.round(values[~np.isnan(values)], 6).tolist()  # type: ignore[no-any-return]
+
+
 def recall_at_k(ranked_ids: np.ndarray, qrels: sp.csr_matrix, k: int) -> np.ndarray:
     """Per-query fraction of the relevant rows found in the top ``k``; NaN when nothing is relevant."""
     qrels = sp.csr_matrix(qrels)

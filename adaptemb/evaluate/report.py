@@ -23,8 +23,8 @@ from rich.table import Table
 
 from adaptemb.evaluate.colours import method_colours
 from adaptemb.evaluate.machine import describe
-from adaptemb.evaluate.metrics import Row
-from adaptemb.evaluate.recommend import TOLERANCE, pareto_front, row_label
+from adaptemb.evaluate.metrics import PER_QUERY_NDCG, Row
+from adaptemb.evaluate.recommend import SEARCH_TIE, TOLERANCE, pareto_front, row_label
 from adaptemb.evaluate.runner import BenchResult
 from adaptemb.serialization import atomic_write
 
@@ -74,8 +74,8 @@ COMPACT_SCALE_COLUMNS = _columns("method k bytes_per_vector ndcg_at_10 recall_at
 """The scale table's default columns in the terminal."""
 _LEFT = ("method", "_label", "variant", "backend")
 _MACHINE_COLUMNS = ("cpu", "cpu_cores_usable", "gpu")
-RECOMMENDATION_TITLES = ("≤ bytes/vec", "best NDCG@10", "bytes/vec", "margin", "runner-up", "fit s",
-                         f"fastest within {TOLERANCE} (ms/query)")
+RECOMMENDATION_TITLES = ("≤ bytes/vec", "best NDCG@10", "bytes/vec", "margin", "margin 95% CI", "runner-up", "fit s",
+                         "recommended", f"fastest within {TOLERANCE} (ms/query)")
 
 
 def recommendation_cells(entry: Row) -> list[str]:
@@ -83,29 +83,47 @@ def recommendation_cells(entry: Row) -> list[str]:
     best, runner, fastest = entry["best"], entry["runner_up"], entry["fastest"]
     budget = f"{entry['budget_bytes']:g}"
     if best is None:
-        return [budget, "nothing fits (reasons below)", "—", "—", "—", "—", "—"]
+        return [budget, "nothing fits (reasons below)", "—", "—", "—", "—", "—", "—", "—"]
     runner_cell = "—" if runner is None else f"{runner['label']} ({runner['ndcg_at_10']:.4f})"
     margin = "—" if entry["margin"] is None else f"+{entry['margin']:.4f}"
     fit = "—" if best.get("fit_s") is None else f"{best['fit_s']:.2f}"
     fast = "—" if fastest is None else (
         f"{fastest['label']} ({fastest['latency_per_query_ms']:.4f} ms, {fastest['ndcg_at_10']:.4f})")
     return [budget, f"{best['label']} ({best['ndcg_at_10']:.4f})", f"{best['bytes_per_vector']:.1f}", margin,
-            runner_cell, fit, fast]
+            interval_text(entry) or "—", runner_cell, fit, pick_text(entry) or best["label"], fast]
 
 
-COMPACT_RECOMMENDATION_TITLES = ("≤ B/vec", "best: NDCG@10 · bytes · fit", "runner-up (margin)",
+def interval_text(entry: Row) -> str:
+    """``"95% CI [+0.0012, +0.0081]"``: the margin's paired-bootstrap interval ('' without one)."""
+    interval = entry.get("margin_interval")
+    return "" if interval is None else f"95% CI [{interval[0]:+.4f}, {interval[1]:+.4f}]"
+
+
+def pick_text(entry: Row) -> str:
+    """What the recommendation picks: ``"clear: <best>"``, or ``"within noise: <row> (cheaper)"`` ('' without an
+    interval; ``adaptemb.evaluate.recommend`` states the rule)."""
+    if entry.get("within_noise") is None:
+        return ""
+    label = entry["recommended"]["label"]
+    return f"within noise: {label} (cheaper)" if entry["within_noise"] else f"clear: {label}"
+
+
+COMPACT_RECOMMENDATION_TITLES = ("≤ B/vec", "best: NDCG@10 · bytes · fit; pick", "runner-up (margin, 95% CI)",
                                  f"fastest within {TOLERANCE}")
 
 
 def compact_recommendation_cells(entry: Row) -> list[str]:
-    """One recommendation entry as four two-line cells: budget, best, runner-up, fastest (a 100-column table)."""
+    """One recommendation entry as four cells of two or three lines: budget, best (and the pick), runner-up (and
+    the margin's interval), fastest (a 100-column table)."""
     best, runner, fastest = entry["best"], entry["runner_up"], entry["fastest"]
     budget = f"{entry['budget_bytes']:g}"
     if best is None:
         return [budget, "nothing fits\n(reasons below)", "—", "—"]
     fit = "" if best.get("fit_s") is None else f" · fit {best['fit_s']:.1f} s"
-    best_cell = f"{best['label']}\n{best['ndcg_at_10']:.4f} · {best['bytes_per_vector']:g} B{fit}"
-    runner_cell = "—" if runner is None else f"{runner['label']}\n{runner['ndcg_at_10']:.4f} (+{entry['margin']:.4f})"
+    best_cell = "\n".join(filter(None, [best["label"], f"{best['ndcg_at_10']:.4f} · {best['bytes_per_vector']:g} B{fit}",
+                                         pick_text(entry)]))
+    runner_cell = "—" if runner is None else "\n".join(filter(None, [
+        runner["label"], f"{runner['ndcg_at_10']:.4f} (+{entry['margin']:.4f})", interval_text(entry)]))
     fast_cell = "—" if fastest is None else (
         f"{fastest['label']}\n{fastest['ndcg_at_10']:.4f} · {fastest['latency_per_query_ms']:.4f} ms/query")
     return [budget, best_cell, runner_cell, fast_cell]
@@ -189,7 +207,7 @@ def write_csv(result: BenchResult, path: Path) -> Path:
     """One line per row with every number, plus the machine and library versions on each line."""
     keys: list[str] = []
     for row in result.rows:
-        keys.extend(k for k in row if k not in keys and k != "fit_report")
+        keys.extend(k for k in row if k not in keys and k not in ("fit_report", PER_QUERY_NDCG))
     machine = {f"machine_{k}": _flat(result.machine.get(k)) for k in _MACHINE_COLUMNS}
     machine.update({f"version_{k}": v for k, v in result.machine["versions"].items()})
 
@@ -334,8 +352,11 @@ def write_markdown(result: BenchResult, path: Path, files: dict[str, Path]) -> P
                      "every faiss baseline)" if at_scale else "all rows of the table (every method, budget and funnel)")
         parts += ["## Recommendation", "",
                   (f"For each byte budget B: the row with the best NDCG@10 among {rows_text} of at most B bytes per "
-                   "vector, its margin over the best row of another method, its fit "
-                   f"time, and the fastest row whose NDCG@10 is within {TOLERANCE} of it."), "",
+                   "vector, its margin over the best row of another method with the margin's 95% interval (a "
+                   "paired bootstrap over the judged queries, 1,000 resamples), its fit time, the recommended row "
+                   "(the best; when the interval contains 0 the two are within noise and the cheaper one is "
+                   f"recommended: the faster to search by more than a factor {SEARCH_TIE:g}, else the faster to fit), "
+                   f"and the fastest row whose NDCG@10 is within {TOLERANCE} of the best."), "",
                   *_recommendation_markdown(result.recommendation)]
         if at_scale and result.corpus_recommendation:
             parts += ["", f"The same verdict from the {d['corpus']:,} corpus rows of the table alone (for comparison):", "",

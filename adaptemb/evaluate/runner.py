@@ -1,6 +1,7 @@
 """Bench orchestration: every method × budget on one dataset → quality, storage and latency rows.
 
-Per method: fit once on the corpus (one fit serves every budget of an adaptive method; a method whose
+Per method: fit once on the corpus, with the dataset's corpus labels for a method that learns from labels
+(``fit_supervision``; one fit serves every budget of an adaptive method; a method whose
 fitted budget range is a single ``k`` but which has a ``k`` parameter is refitted per budget), then
 per budget: encode corpus and queries, build the method's own index (``Compressor.index``: the backend
 registered for its query and document kinds; a method no backend serves is searched by brute force
@@ -30,23 +31,23 @@ from adaptemb.budgets import Budgets
 from adaptemb.codes import Codes, DenseCodes
 from adaptemb.datasets import Dataset
 from adaptemb.devices import resolve_device
-from adaptemb.evaluate.latency import query_batch, summarize, time_rounds, time_search, timed
+from adaptemb.evaluate.funnel_rows import REFERENCE, rerank_rows
+from adaptemb.evaluate.latency import time_search, timed
 from adaptemb.evaluate.machine import machine_info
 from adaptemb.evaluate.metrics import (
+    PER_QUERY_NDCG,
     Row,
     evaluate_ranking,
+    judged_ndcg_at_10,
     nearest_excluding_self,
     neighbour_recall_at_k,
     one_nn_accuracy,
 )
 from adaptemb.evaluate.recommend import MethodSizes, recommend
 from adaptemb.evaluate.scale import ScaleConfig, run_scale
-from adaptemb.index import FunnelIndex
-from adaptemb.index.bound import CompressedIndex
 from adaptemb.method import Compressor
 from adaptemb.registry import build_index, get_registry
 
-REFERENCE = "float32"
 RECOMMENDATION_BYTES = (16, 32, 64, 128)
 """The byte budgets the recommendation covers when the bench ran on ``k`` budgets rather than bytes."""
 
@@ -74,6 +75,8 @@ class BenchConfig:
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     fit_progress: bool = True
     """Passed as ``progress`` to methods whose config has that field (learned methods' training bars)."""
+    fit_labels: bool = True
+    """Pass the dataset's corpus labels to ``fit`` of the methods that learn from labels (``fit_inputs``)."""
     scale: ScaleConfig | None = None
     """With a config, also run the scale study (``adaptemb.evaluate.scale``) on the fitted methods."""
 
@@ -103,7 +106,7 @@ class BenchResult:
 
 
 @dataclass
-class _Context:
+class RunContext:
     """The dataset prepared once for every method."""
 
     data: Dataset
@@ -115,6 +118,8 @@ class _Context:
     loo_rows: np.ndarray | None
     progress: Callable[[str], None]
     notes: list[str]
+    supervision: dict[str, Any]
+    """What ``fit`` gets besides the rows, for the methods that learn from it (``fit_supervision``)."""
     stores: dict[str, Codes | np.ndarray] = field(default_factory=dict)
     fitted: dict[str, Compressor] = field(default_factory=dict)
     """The first fit of each method (the one that serves every budget it supports)."""
@@ -144,8 +149,8 @@ def run_bench(data: Dataset, config: BenchConfig, progress: Callable[[str], None
     scale = _scale_rows(ctx) if config.scale is not None else []
     budgets = list(config.bytes or RECOMMENDATION_BYTES)
     sizes = method_sizes(ctx.fitted, budgets, ctx.corpus[: min(len(ctx.corpus), 64)])
-    corpus_verdict = recommend(rows, budgets, sizes=sizes)
-    verdict = recommend(scale, budgets, sizes=sizes) if scale else corpus_verdict
+    corpus_verdict = recommend(rows, budgets, sizes=sizes, seed=config.seed)
+    verdict = recommend(scale, budgets, sizes=sizes, seed=config.seed) if scale else corpus_verdict
     if scale:
         _compare_verdicts(verdict, corpus_verdict, scale[0]["n"], len(ctx.corpus), ctx.notes)
     for entry in verdict:
@@ -197,7 +202,7 @@ def _compare_verdicts(verdict: list[Row], corpus: list[Row], rows: int, corpus_r
                      f"({small['best']['ndcg_at_10']:.4f})")
 
 
-def _scale_rows(ctx: _Context) -> list[Row]:
+def _scale_rows(ctx: RunContext) -> list[Row]:
     """The scale study: by default every (fitted compressor, budget) of the main table's codes rows, so the scale
     rows sit at the same budgets (with ``--bytes``, the same bytes per vector) as the table; with an explicit
     list of budgets, each method at those of them it supports (a refitted method's fit for that ``k`` first)."""
@@ -219,7 +224,7 @@ def _scale_rows(ctx: _Context) -> list[Row]:
     return rows
 
 
-def _scale_budgets(name: str, compressor: Compressor, wanted: list[int], ctx: _Context) -> list[tuple[Compressor, int | None]]:
+def _scale_budgets(name: str, compressor: Compressor, wanted: list[int], ctx: RunContext) -> list[tuple[Compressor, int | None]]:
     """(compressor, k) for each wanted budget this method serves: a fixed-size method once at its size; a method
     refitted per budget through its main-table fit for that ``k``; others when ``k`` is within their range."""
     budgets = compressor.budgets()
@@ -238,14 +243,32 @@ def _scale_budgets(name: str, compressor: Compressor, wanted: list[int], ctx: _C
     return plan
 
 
-def _prepare(data: Dataset, config: BenchConfig, progress: Callable[[str], None]) -> _Context:
+def _prepare(data: Dataset, config: BenchConfig, progress: Callable[[str], None]) -> RunContext:
     corpus = np.ascontiguousarray(data.corpus, dtype=np.float32)
     queries = np.ascontiguousarray(data.queries, dtype=np.float32)
     loo = None
     if data.labels is not None and data.query_labels is None:
         count = min(config.loo_queries, len(corpus))
         loo = np.sort(np.random.default_rng(config.seed).choice(len(corpus), size=count, replace=False))
-    return _Context(data, config, str(resolve_device(config.device)), corpus, queries, np.empty((0, 10)), loo, progress, [])
+    supervision = fit_supervision(data) if config.fit_labels else {}
+    return RunContext(data, config, str(resolve_device(config.device)), corpus, queries, np.empty((0, 10)), loo, progress,
+                    [], supervision)
+
+
+def fit_supervision(data: Dataset) -> dict[str, Any]:
+    """The supervision a dataset brings to the methods that learn from it (``Compressor.fit_inputs``): its corpus
+    ``labels`` (a ``Dataset`` holds no pairs: its queries are the evaluation's)."""
+    return {} if data.labels is None else {"labels": data.labels}
+
+
+def _fit(compressor: Compressor, ctx: RunContext) -> float:
+    """Fit on the corpus with the supervision the method learns from (noted); the seconds it took."""
+    own = {key: value for key, value in ctx.supervision.items() if key in type(compressor).fit_inputs}
+    if own:
+        ctx.notes.append(f"{compressor.name}: fitted with the dataset's corpus {' and '.join(own)}"
+                         + (" (seen by the fit, so leave-one-out 1-NN accuracy is optimistic)" if ctx.loo_rows is not None else ""))
+    _, seconds = timed(lambda: compressor.fit(ctx.corpus, **own))
+    return seconds
 
 
 def _dataset_info(data: Dataset) -> dict[str, Any]:
@@ -260,7 +283,7 @@ def _dataset_info(data: Dataset) -> dict[str, Any]:
 # -- rows -----------------------------------------------------------------------------------------
 
 
-def _reference_row(ctx: _Context) -> Row:
+def _reference_row(ctx: RunContext) -> Row:
     ctx.progress(f"{REFERENCE}: exact search on the full-precision embeddings")
     docs, queries = DenseCodes(ctx.corpus), DenseCodes(ctx.queries)
     index, build_s = timed(lambda: build_index(docs, device=ctx.device, query_batch=ctx.config.batch_size))
@@ -272,7 +295,7 @@ def _reference_row(ctx: _Context) -> Row:
             "index_build_s": build_s, "note": "exact inner product on the float32 embeddings"}
 
 
-def _bench_method(name: str, ctx: _Context) -> list[Row]:
+def _bench_method(name: str, ctx: RunContext) -> list[Row]:
     rows: list[Row] = []
     for compressor, k, fit_s in _fitted_budgets(name, ctx):
         ctx.progress(f"{name}: k={k if k is not None else 'fixed'} encode, search, time")
@@ -284,7 +307,7 @@ def _bench_method(name: str, ctx: _Context) -> list[Row]:
     return rows
 
 
-def _fitted_budgets(name: str, ctx: _Context) -> list[tuple[Compressor, int | None, float]]:
+def _fitted_budgets(name: str, ctx: RunContext) -> list[tuple[Compressor, int | None, float]]:
     """(fitted compressor, budget, fit seconds) for each budget this method can honour."""
     params: dict[str, Any] = {"seed": ctx.config.seed}
     if "progress" in get_registry().get(name).Config.model_fields:
@@ -292,7 +315,7 @@ def _fitted_budgets(name: str, ctx: _Context) -> list[tuple[Compressor, int | No
     params.update(ctx.config.method_params.get(name, {}))
     compressor = get_compressor(name, **params)
     ctx.progress(f"{name}: fit on {len(ctx.corpus):,} × {ctx.corpus.shape[1]}")
-    _, fit_s = timed(lambda: compressor.fit(ctx.corpus))
+    fit_s = _fit(compressor, ctx)
     ctx.fitted[name] = compressor
     budgets = compressor.budgets()
     retrainable = "k" in type(compressor).Config.model_fields
@@ -314,7 +337,7 @@ def _fitted_budgets(name: str, ctx: _Context) -> list[tuple[Compressor, int | No
     return [p for p in plan if p[0] is not None]
 
 
-def _budgets_for_bytes(name: str, compressor: Compressor, ctx: _Context) -> list[int]:
+def _budgets_for_bytes(name: str, compressor: Compressor, ctx: RunContext) -> list[int]:
     """Each byte budget mapped to the method's own ``k`` (distinct, in order); a method whose smallest code
     exceeds every byte budget gets one row at its smallest budget, like a fixed-size method."""
     assert ctx.config.bytes is not None
@@ -341,17 +364,16 @@ def _valid(budgets: Budgets) -> str:
     return f"{budgets.low}..{budgets.high}"
 
 
-def _refit(name: str, params: dict[str, Any], k: int, ctx: _Context) -> tuple[Any, int | None, float]:
+def _refit(name: str, params: dict[str, Any], k: int, ctx: RunContext) -> tuple[Any, int | None, float]:
     try:
         compressor = get_compressor(name, **{**params, "k": k})
-        _, fit_s = timed(lambda: compressor.fit(ctx.corpus))
-        return compressor, k, fit_s
+        return compressor, k, _fit(compressor, ctx)
     except ValueError as err:
         ctx.notes.append(f"{name}: budget k={k} skipped ({err})")
         return None, k, 0.0
 
 
-def _bench_budget(compressor: Compressor, k: int | None, fit_s: float, ctx: _Context) -> list[Row]:
+def _bench_budget(compressor: Compressor, k: int | None, fit_s: float, ctx: RunContext) -> list[Row]:
     doc_codes, encode_s = timed(lambda: compressor.encode(ctx.corpus, k=k))
     index, build_s = timed(lambda: compressor.index(doc_codes, device=ctx.device, k=k, query_batch=ctx.config.batch_size))
     if index.brute_force:
@@ -370,12 +392,12 @@ def _bench_budget(compressor: Compressor, k: int | None, fit_s: float, ctx: _Con
     }
     rows = [{**base, "variant": "codes", **_measure(ctx, index, query_codes, ids, doc_codes, loo), "note": ""}]
     if ctx.config.rerank:
-        rows.extend(_rerank_rows(compressor, index, query_codes, doc_codes, base, ctx))
+        rows.extend(rerank_rows(compressor, index, query_codes, doc_codes, base, ctx))
     return rows
 
 
-def _measure(ctx: _Context, index: Any, queries: Codes | np.ndarray, ids: np.ndarray, docs: Codes, loo: Any) -> Row:
-    metrics = evaluate_ranking(ids, ctx.data.qrels).as_dict()
+def _measure(ctx: RunContext, index: Any, queries: Codes | np.ndarray, ids: np.ndarray, docs: Codes, loo: Any) -> Row:
+    metrics = {**evaluate_ranking(ids, ctx.data.qrels).as_dict(), PER_QUERY_NDCG: judged_ndcg_at_10(ids, ctx.data.qrels)}
     latency = time_search(index.search, queries, batch_size=ctx.config.batch_size, warmup=ctx.config.warmup,
                           rounds=ctx.config.rounds)
     dim = ctx.corpus.shape[1]
@@ -391,7 +413,7 @@ def _measure(ctx: _Context, index: Any, queries: Codes | np.ndarray, ids: np.nda
     }
 
 
-def _one_nn(ctx: _Context, index: Any, ids: np.ndarray, loo: Codes | None) -> float | None:
+def _one_nn(ctx: RunContext, index: Any, ids: np.ndarray, loo: Codes | None) -> float | None:
     data = ctx.data
     if data.labels is None:
         return None
@@ -400,64 +422,6 @@ def _one_nn(ctx: _Context, index: Any, ids: np.ndarray, loo: Codes | None) -> fl
     assert loo is not None and ctx.loo_rows is not None
     _, near = index.search(loo, 2)
     return one_nn_accuracy(nearest_excluding_self(near, ctx.loo_rows), data.labels, data.labels[ctx.loo_rows])
-
-
-# -- funnel rows ----------------------------------------------------------------------------------
-
-
-def _rerank_rows(compressor: Compressor, index: CompressedIndex, queries: Codes, docs: Codes, base: Row,
-                 ctx: _Context) -> list[Row]:
-    rows = []
-    for store_name in ctx.config.rerank_stores:
-        if store_name == compressor.name:
-            continue
-        store = _rerank_store(store_name, ctx)
-        if store is None:
-            continue
-        funnel = FunnelIndex(index, store, shortlist=ctx.config.shortlist)
-        _, ids = funnel.search(queries, ctx.queries, ctx.config.depth)
-        row = _measure_funnel(ctx, funnel, queries, ids, docs, store)
-        rows.append({**base, "variant": f"rerank-{store_name}", **row,
-                     "note": f"shortlist {ctx.config.shortlist} by {compressor.name} codes, rerank with {store_name}"})
-    return rows
-
-
-def _rerank_store(name: str, ctx: _Context) -> Codes | np.ndarray | None:
-    if name not in ctx.stores:
-        if name == REFERENCE:
-            ctx.stores[name] = ctx.corpus
-        elif name not in get_registry():
-            ctx.notes.append(f"rerank store {name!r} is not a registered method; skipped")
-            return None
-        else:
-            codes = get_compressor(name, seed=ctx.config.seed).fit(ctx.corpus).encode(ctx.corpus)
-            if codes.dim != ctx.corpus.shape[1]:
-                ctx.notes.append(f"rerank store {name!r} does not keep the embedding space; skipped")
-                return None
-            ctx.stores[name] = codes
-    return ctx.stores[name]
-
-
-def _measure_funnel(ctx: _Context, funnel: FunnelIndex, queries: Codes, ids: np.ndarray, docs: Codes,
-                    store: Codes | np.ndarray) -> Row:
-    rows = np.arange(ctx.config.batch_size) % len(queries)
-    batch_codes, batch_float = query_batch(queries, ctx.config.batch_size), ctx.queries[rows]
-    times = time_rounds(lambda: funnel.search(batch_codes, batch_float, 10), warmup=ctx.config.warmup,
-                        rounds=ctx.config.rounds)
-    latency = summarize(times, batch_size=ctx.config.batch_size, warmup=ctx.config.warmup)
-    store_bytes = store.bytes_per_vector if isinstance(store, Codes) else 4.0 * store.shape[1]
-    total = docs.bytes_per_vector + store_bytes
-    return {
-        **evaluate_ranking(ids, ctx.data.qrels).as_dict(),
-        "neighbour_recall_at_10": float(np.mean(neighbour_recall_at_k(ids, ctx.exact_ids, 10))),
-        "one_nn_accuracy": one_nn_accuracy(ids[:, 0], ctx.data.labels, ctx.data.query_labels)
-        if ctx.data.labels is not None and ctx.data.query_labels is not None else None,
-        "code_kind": docs.kind, "query_kind": queries.kind, "code_dim": docs.dim,
-        "active_dims": float(np.mean(docs.active_counts())),
-        "bytes_per_vector": total, "compression_ratio": 4.0 * ctx.corpus.shape[1] / total,
-        "backend": f"funnel({getattr(funnel.first, 'backend', '?')})", "device": ctx.device,
-        **{f"latency_{key}": value for key, value in latency.as_dict().items()},
-    }
 
 
 def _jsonable(value: Any) -> Any:

@@ -26,7 +26,14 @@ import scipy.sparse as sp
 from adaptemb.datasets import Dataset
 from adaptemb.evaluate.latency import time_search, timed
 from adaptemb.evaluate.memory import PeakMemory
-from adaptemb.evaluate.metrics import Row, evaluate_ranking, neighbour_recall_at_k, same_top_k
+from adaptemb.evaluate.metrics import (
+    PER_QUERY_NDCG,
+    Row,
+    evaluate_ranking,
+    judged_ndcg_at_10,
+    neighbour_recall_at_k,
+    same_top_k,
+)
 from adaptemb.index import ScoreIndex
 from adaptemb.method import Compressor
 from adaptemb.progress import progress_bar
@@ -155,6 +162,7 @@ class _Study:
         return {
             "method": method, "k": k, "variant": "scale", "n": len(self.corpus),
             **{key: value for key, value in evaluate_ranking(ids, self.qrels).as_dict().items() if key.endswith("_at_10")},
+            PER_QUERY_NDCG: judged_ndcg_at_10(ids, self.qrels),
             "neighbour_recall_at_10": float(np.mean(neighbour_recall_at_k(ids, self.exact_ids, 10))),
             "bytes_per_vector": bytes_per_vector, "encode_s": encode_s, "index_build_s": build_s,
             "index_mb": None if index_bytes is None else index_bytes / 2**20,
