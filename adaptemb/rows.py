@@ -110,7 +110,7 @@ class RowStream:
             import pyarrow.parquet as pq
 
             column = pick_name(files[0], vector_columns(pq.read_schema(files[0])), key, "vector column")
-            dataset = ray.data.read_parquet([str(f) for f in files], columns=[column])
+            dataset = ray.data.read_parquet([str(f) for f in files]).select_columns([column])  # read: that column only
         name = files[0].name if len(files) == 1 else f"{len(files)} files"
         stream = cls(f"{name} (Ray Data)", nonzero_rows=nonzero_rows)
 

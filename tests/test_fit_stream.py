@@ -214,7 +214,6 @@ def test_cli_fit_streams_a_file(rows: np.ndarray, files: dict[str, Path], tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray Data's own, raised inside ray
 def test_ray_data_reads_the_stream(rows: np.ndarray, files: dict[str, Path], tmp_path: Path) -> None:
     """``RowStream.through_ray``: Ray Data's read_parquet / read_numpy feed the fit, in file order."""
     pytest.importorskip("ray")

@@ -150,7 +150,6 @@ def test_cli_encode_and_resume(rows: np.ndarray, inputs: dict[str, Path], tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray Data's own, raised inside ray
 def test_ray_engine_writes_the_same_shards_and_resumes(rows: np.ndarray, inputs: dict[str, Path], tmp_path: Path) -> None:
     pytest.importorskip("ray")
     csr = fitted("csr", rows)

@@ -169,7 +169,6 @@ def test_bsa_indices_head_marks_a_zero_row_with_minus_one(data: tuple[np.ndarray
 
 
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray Data's own, raised inside ray
 def test_ray_engine_encodes_zero_rows_like_encode(data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
     """The Ray engine (whose probe encodes the first row: zero here) writes the codes of in-memory encode."""
     pytest.importorskip("ray")
