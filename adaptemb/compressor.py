@@ -238,6 +238,11 @@ class CompressorCore(ABC):
                                      valid=f"bytes >= {size:g}")
         return budget
 
+    def details(self) -> dict[str, Any]:
+        """What a fitted compressor holds beyond its config and budgets, for people (``adaptemb info``): JSON-ready
+        values, e.g. csr's measured choice of k and value bits per byte budget. None by default."""
+        return {}
+
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """The fitted tensors, contiguous and on the CPU (what ``save`` writes)."""
         self._require_fitted()

@@ -290,6 +290,13 @@ class CSRCompressor(Compressor):
             return self.config.value_bits
         return 16 if self._tables is None else self._tables.value_bits(k)
 
+    def details(self) -> dict[str, Any]:
+        """The measured choice per k (value bits, bytes, held-out recall@10) that ``bytes=`` picks from."""
+        if self._tables is None:
+            return {}
+        chosen = [{key: value for key, value in row.items() if key != "chosen"} for row in self._tables.rows() if row["chosen"]]
+        return {"byte budgets (the value bits of each k, measured at fit)": chosen}
+
     def _codebook(self, k: int, bits: int) -> np.ndarray | None:
         return None if bits == 16 or self._tables is None else self._tables.codebook(k, bits)
 

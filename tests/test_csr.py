@@ -230,3 +230,15 @@ def test_value_bits_follow_the_measured_frontier() -> None:
     tables = ValueTables(torch.zeros(3, 8, 32, dtype=torch.float16), torch.tensor(rows))
     assert tables.bits_by_k == {2: 2, 3: 2, 4: 1}
     assert [tables.budget_for_bytes(b) for b in (3, 4, 5, 6, 7, 9)] == [None, None, 2, 2, 3, 3]
+
+
+def test_info_shows_the_choice_table(fitted, tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from adaptemb.cli import app
+
+    path = fitted.save(tmp_path / "csr.safetensors")
+    output = CliRunner().invoke(app, ["info", str(path)], env={"COLUMNS": "200"}).output
+    assert "byte budgets (the value bits of each k, measured at fit):" in output
+    bits = fitted.value_bits(4)
+    assert f'{{"k": 4, "value_bits": {bits}, "bytes": {-(-4 * (7 + bits) // 8)}, "recall@10": ' in output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -252,10 +253,13 @@ def export_encoder_command(
 def info_command(
     compressor: Annotated[Path, typer.Argument(help="A fitted compressor file.", metavar="COMPRESSOR")],
 ) -> None:
-    """Show what a fitted compressor file holds: method, config, dimension and budgets."""
+    """Show what a fitted compressor file holds: method, config, dimension, budgets and its details."""
     fitted = load(compressor)
     budgets = fitted.budgets()
     console.print(f"method: [bold]{fitted.name}[/]  dim: {fitted.dim}")
     console.print(f"budgets: {budgets.describe()}")
     console.print(f"config: {fitted.config.model_dump_json()}", markup=False, highlight=False)
+    for name, value in fitted.details().items():  # a list: one item a line
+        lines = [f"  {json.dumps(item)}" for item in value] if isinstance(value, list) else []
+        console.print("\n".join([f"{name}:{'' if lines else ' ' + json.dumps(value)}", *lines]), markup=False, highlight=False)
 
