@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from adaptemb.budgets import Budgets, largest_budget_within
-from adaptemb.codes import Codes, DenseCodes
+from adaptemb.codes import Codes, DenseCodes, decoded_inner_products
 from adaptemb.compose.config import ComposedConfig, composed_config, make_composed_config
 from adaptemb.compose.rotation import Rotation, fit_rotation
 from adaptemb.errors import InvalidConfigError
@@ -37,7 +37,6 @@ from adaptemb.serialization import split_prefix
 
 SIZE_SAMPLE_ROWS = 1024
 """Fit rows a quantiser is fitted on to measure its code size at a candidate rank (more where the rank is larger)."""
-_SCORE_BLOCK = 4096
 
 
 def default_byte_ladder(largest: float) -> list[int]:
@@ -187,11 +186,7 @@ class ComposedCompressor(Compressor):
             return quantizer.score(query_codes, doc_codes)
         if not isinstance(query_codes, DenseCodes) or query_codes.dim != doc_codes.dim:
             raise TypeError(f"{self.name} scores float queries from its encode_queries against its codes")
-        out = np.empty((len(query_codes), len(doc_codes)), dtype=np.float32)
-        for start in range(0, len(doc_codes), _SCORE_BLOCK):
-            block = doc_codes[start : start + _SCORE_BLOCK]
-            out[:, start : start + len(block)] = query_codes.values @ block.to_dense().T
-        return out
+        return decoded_inner_products(query_codes.values, doc_codes)
 
     def index_options(self, doc_codes: Codes) -> dict[str, Any]:
         _, quantizer = self._stage_of(doc_codes)
