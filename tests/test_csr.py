@@ -142,7 +142,7 @@ def test_save_load_identical_codes(fitted, data, tmp_path) -> None:
 @pytest.mark.parametrize("decoder", ["untied", "tied"])
 def test_asymmetric_score_is_query_dot_reconstruction(data, normalize: str, decoder: str) -> None:
     x = data[0][:128] * 3.0  # not unit norm, so "standardize"/"none" differ from "l2"
-    compressor = adaptemb.fit(x, "csr", normalize=normalize, decoder=decoder, value_bits=16,
+    compressor = adaptemb.fit(x, "csr", normalize=normalize, decoder=decoder, value_bits=16, query_form="decoder",
                               **{**SMALL, "epochs": 1})
     docs = compressor.encode(x[:20], k=5)
     queries = x[20:23] + 0.1
@@ -152,6 +152,24 @@ def test_asymmetric_score_is_query_dot_reconstruction(data, normalize: str, deco
         queries = queries / np.linalg.norm(queries, axis=1, keepdims=True)
     expected = queries.astype(np.float64) @ compressor.decode(docs).astype(np.float64).T
     np.testing.assert_allclose(compressor.score(query_codes, docs), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("normalize", ["l2", "standardize"])
+def test_encoder_queries_score_their_pre_activations(data, normalize: str) -> None:
+    """The default asymmetric query: its encoder pre-activations W_enc (n(q) - b_pre) + b_enc against the dequantised
+    documents; a zero query of an l2 compressor scores 0."""
+    x = data[0][:200] * 2.0
+    compressor = adaptemb.fit(x, "csr", normalize=normalize, **{**SMALL, "epochs": 1})
+    docs = compressor.encode(x[:30], k=5)
+    queries = np.concatenate([x[30:33] + 0.1, np.zeros((1, x.shape[1]), np.float32)])
+    state = compressor.state_tensors()
+    normalised = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-30) if normalize == "l2" else (
+        (queries - state["shift"].numpy()) / state["scale"].numpy())
+    pre = (normalised - state["pre_bias"].numpy()) @ state["enc_weight"].numpy().T + state["enc_bias"].numpy()
+    if normalize == "l2":
+        pre[3] = 0.0
+    scores = compressor.score(compressor.encode_queries(queries), docs)
+    np.testing.assert_allclose(scores, pre @ docs.to_dense().T, rtol=1e-4, atol=1e-4)
 
 
 def test_symmetric_scoring_is_sparse_dot(data) -> None:
