@@ -73,22 +73,21 @@ def test_default_compositions_come_from_declared_partners(toys: None) -> None:
     assert default_methods({"labels"}) == sorted(i.name for i in adaptemb.list_compressors()) + with_labels
 
 
-def test_runner_fits_label_learners_with_the_datasets_labels(toys: None) -> None:
+def test_runner_fits_label_learners_with_the_datasets_labels_when_asked(toys: None) -> None:
     rng = np.random.default_rng(0)
     corpus = rng.standard_normal((200, 16)).astype(np.float32)
     labels = rng.integers(0, 4, 200)
     data = Dataset.from_gold("toy", corpus, corpus[:30] + 0.01, np.arange(30), labels=labels, query_labels=labels[:30])
     config = BenchConfig(methods=["labeltoy", "alwaystoy", "labeltoy+binary"], budgets=[8], device="cpu", rounds=1,
-                         warmup=0, batch_size=16)
+                         warmup=0, batch_size=16, fit_labels=True)
     result = run_bench(data, config)
     assert [sorted(s) for s in LabelToy.seen] == [["labels"], [], ["labels"]]  # the composition passes them on
     assert np.array_equal(LabelToy.seen[0]["labels"], labels)
     assert "labeltoy: fitted with the dataset's corpus labels" in result.notes
     assert all(len(r[PER_QUERY_NDCG]) == 30 for r in result.rows)  # every judged query, kept for the bootstrap
     LabelToy.seen.clear()
-    run_bench(data, BenchConfig(methods=["labeltoy"], budgets=[8], device="cpu", rounds=1, warmup=0, batch_size=16,
-                                fit_labels=False))
-    assert LabelToy.seen == [{}]
+    run_bench(data, BenchConfig(methods=["labeltoy"], budgets=[8], device="cpu", rounds=1, warmup=0, batch_size=16))
+    assert LabelToy.seen == [{}]  # by default (no --fit-labels) every method sees the rows only
 
 
 def test_bench_row_of_a_composition_equals_the_api_at_32_bytes() -> None:
@@ -101,3 +100,27 @@ def test_bench_row_of_a_composition_equals_the_api_at_32_bytes() -> None:
     api = evaluate_ranking(ids, data.qrels).ndcg_at_10
     assert row["k"] == codes.dim == 192 and row["bytes_per_vector"] == codes.bytes_per_vector <= 32
     assert abs(row["ndcg_at_10"] - api) <= 0.002 and api > 0.15
+
+
+def test_cli_flags_choose_the_default_compositions(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from adaptemb.cli import app
+    from adaptemb.cli import bench as bench_cli
+
+    asked: list[tuple[list[str], bool]] = []
+
+    def chosen(supervision: Any = (), *, matryoshka: bool = False) -> list[str]:
+        asked.append((sorted(supervision), matryoshka))
+        return ["svd"]  # keep the run small: only what the flags ask for is checked
+
+    monkeypatch.setattr(bench_cli, "default_methods", chosen)
+    rng = np.random.default_rng(0)
+    corpus = rng.standard_normal((120, 8)).astype(np.float32)
+    np.savez(tmp_path / "tiny.npz", corpus=corpus, queries=corpus[:20], gold=np.arange(20), labels=np.arange(120) % 3)
+    args = ["bench", "--data", str(tmp_path / "tiny.npz"), "--budgets", "4", "--rounds", "1", "--warmup", "0",
+            "--device", "cpu", "--quiet"]
+    for extra in ([], ["--fit-labels", "--matryoshka"]):
+        result = CliRunner().invoke(app, [*args, *extra, "--out", str(tmp_path / str(len(extra)))])
+        assert result.exit_code == 0, result.output
+    assert asked == [([], False), (["labels"], True)]

@@ -93,8 +93,8 @@ def bench_command(
         "registered method and the default compositions, see docs/bench.md; `adaptemb plugins` lists them).")] = None,
     matryoshka: Annotated[bool, flag("matryoshka", "The embeddings are Matryoshka-trained: the default method list "
                                      "adds the compositions of projections made for them (mrl+binary, ...).")] = False,
-    fit_labels: Annotated[bool, flag("fit-labels", "Fit the methods that learn from labels (csr, cllr, cllr+binary, "
-                                     "...) with the dataset's corpus labels.")] = True,
+    fit_labels: Annotated[bool, flag("fit-labels", "Fit the methods that learn from labels (csr, cllr, ...) with the "
+                                     "dataset's corpus labels; the default list then adds cllr+binary, ...")] = False,
     budgets: Annotated[str | None, typer.Option(
         "--budgets", help="Comma list of budgets k in each method's own unit (active dims, bits, sub-quantisers); "
         "instead of --bytes.")] = None,

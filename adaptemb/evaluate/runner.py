@@ -1,7 +1,7 @@
 """Bench orchestration: every method × budget on one dataset → quality, storage and latency rows.
 
-Per method: fit once on the corpus, with the dataset's corpus labels for a method that learns from labels
-(``fit_supervision``; one fit serves every budget of an adaptive method; a method whose
+Per method: fit once on the corpus (with ``fit_labels``, and the dataset's corpus labels for a method that learns
+from labels: ``fit_supervision``; one fit serves every budget of an adaptive method; a method whose
 fitted budget range is a single ``k`` but which has a ``k`` parameter is refitted per budget), then
 per budget: encode corpus and queries, build the method's own index (``Compressor.index``: the backend
 registered for its query and document kinds; a method no backend serves is searched by brute force
@@ -75,8 +75,9 @@ class BenchConfig:
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     fit_progress: bool = True
     """Passed as ``progress`` to methods whose config has that field (learned methods' training bars)."""
-    fit_labels: bool = True
-    """Pass the dataset's corpus labels to ``fit`` of the methods that learn from labels (``fit_inputs``)."""
+    fit_labels: bool = False
+    """Pass the dataset's corpus labels to ``fit`` of the methods that learn from labels (``fit_inputs``). Off by
+    default: a dataset's labels are its 1-NN evaluation's, and class labels need not help retrieval."""
     scale: ScaleConfig | None = None
     """With a config, also run the scale study (``adaptemb.evaluate.scale``) on the fitted methods."""
 
