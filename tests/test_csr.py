@@ -260,3 +260,4 @@ def test_info_shows_the_choice_table(fitted, tmp_path) -> None:
     assert "byte budgets (the value bits of each k, measured at fit):" in output
     bits = fitted.value_bits(4)
     assert f'{{"k": 4, "value_bits": {bits}, "bytes": {-(-4 * (7 + bits) // 8)}, "recall@10": ' in output
+
