@@ -24,7 +24,7 @@ from adaptemb.method import Compressor
 from adaptemb.registry import get_registry
 
 if TYPE_CHECKING:
-    from adaptemb.evaluate.runner import RunContext
+    from adaptemb.evaluate.context import RunContext
 
 REFERENCE = "float32"
 """The full-precision row's method name, and the rerank store of the float32 vectors."""

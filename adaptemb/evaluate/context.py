@@ -1,0 +1,92 @@
+"""What a bench run is given and holds while it runs: ``BenchConfig`` (what to run), ``RunContext`` (the dataset
+prepared once for every method) and ``BenchResult`` (everything it measured)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from adaptemb.codes import Codes
+from adaptemb.datasets import Dataset
+from adaptemb.evaluate.metrics import Row
+from adaptemb.evaluate.scale import ScaleConfig
+from adaptemb.method import Compressor
+
+
+@dataclass
+class BenchConfig:
+    """What to run. ``rerank_stores``: ``"float32"`` and/or names of registered fixed-size methods
+    (e.g. ``"int8"``) whose ``to_dense()`` codes live in the embedding space."""
+
+    methods: list[str]
+    budgets: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
+    bytes: list[int] | None = None
+    """Byte budgets per vector: when set, they replace ``budgets`` and each method encodes at its largest
+    ``k`` whose codes fit (``Compressor.budget_for_bytes``), so every method is compared at equal bytes."""
+    device: str = "auto"
+    rerank: bool = False
+    rerank_stores: tuple[str, ...] = ("float32", "int8")
+    shortlist: int = 100
+    depth: int = 100
+    seed: int = 0
+    batch_size: int = 512
+    warmup: int = 1
+    rounds: int = 5
+    loo_queries: int = 1000
+    method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fit_progress: bool = True
+    """Passed as ``progress`` to methods whose config has that field (learned methods' training bars)."""
+    fit_labels: bool = False
+    """Pass the dataset's corpus labels to ``fit`` of the methods that learn from labels (``fit_inputs``). Off by
+    default: a dataset's labels are its 1-NN evaluation's, and class labels need not help retrieval."""
+    scale: ScaleConfig | None = None
+    """With a config, also run the scale study (``adaptemb.evaluate.scale``) on the fitted methods."""
+
+
+@dataclass
+class BenchResult:
+    """Everything a bench run measured; ``rows`` are flat JSON-ready dicts, one per method × budget."""
+
+    dataset: dict[str, Any]
+    config: dict[str, Any]
+    machine: dict[str, Any]
+    rows: list[Row]
+    notes: list[str]
+    total_s: float = 0.0
+    scale: list[Row] = field(default_factory=list)
+    recommendation: list[Row] = field(default_factory=list)
+    """Per byte budget: the best row by NDCG@10, its margin and the fastest row of equal quality
+    (``adaptemb.evaluate.recommend``), over the rows ``recommendation_rows`` names."""
+    recommendation_rows: str = "corpus"
+    """Which rows the recommendation ranks: ``"corpus"`` (the main table) or ``"scale"`` (the scale study's rows,
+    every method and faiss baseline at N rows; whenever a scale study ran)."""
+    corpus_recommendation: list[Row] = field(default_factory=list)
+    """With a scale study: the recommendation the main table's rows alone would give (for comparison)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RunContext:
+    """The dataset prepared once for every method."""
+
+    data: Dataset
+    config: BenchConfig
+    device: str
+    corpus: np.ndarray
+    queries: np.ndarray
+    exact_ids: np.ndarray
+    loo_rows: np.ndarray | None
+    progress: Callable[[str], None]
+    notes: list[str]
+    supervision: dict[str, Any]
+    """What ``fit`` gets besides the rows, for the methods that learn from it (``fit_supervision``)."""
+    stores: dict[str, Codes | np.ndarray] = field(default_factory=dict)
+    fitted: dict[str, Compressor] = field(default_factory=dict)
+    """The first fit of each method (the one that serves every budget it supports)."""
+    benched: list[tuple[Compressor, int | None, float]] = field(default_factory=list)
+    """(fitted compressor, budget, fit seconds) of every main-table codes row, in order: the scale study's plan."""
