@@ -245,7 +245,7 @@ def test_scale_study_searches_every_method_through_its_own_index(tmp_path: Path)
     assert set(scale) == {"faiss-flat", "faiss-hnsw", "faiss-ivfpq", "mrl", "csr", "int8"}
     assert all(r["n"] == 3000 for r in report["scale"])
     assert scale["faiss-flat"]["neighbour_recall_at_10"] == 1.0 and scale["faiss-flat"]["speedup_vs_flat"] == 1.0
-    assert scale["csr"]["backend"] == "numba-rows" and scale["csr"]["k"] == 8 and not scale["csr"]["brute_force"]
+    assert scale["csr"]["backend"] == "numba-levels" and scale["csr"]["k"] == 8 and not scale["csr"]["brute_force"]
     assert scale["csr"]["active_dims"] == 8 and scale["csr"]["index_mb"] > 0  # the table's budget, not csr's default k=4
     assert scale["csr"]["score_check"] == {"queries": 20, "identical_top_10": 1.0}
     assert scale["int8"]["score_check"]["identical_top_10"] == 1.0

@@ -57,7 +57,7 @@ def test_compress_writes_query_codes_for_asymmetric_methods(corpus: Path, tmp_pa
                                      "--side", side])
         assert result.exit_code == 0 and f"{side} codes" in result.output, result.output
     docs, queries = adaptemb.load_codes(docs_path), adaptemb.load_codes(queries_path)
-    assert (docs.kind, queries.kind) == ("sparse", "projected")
+    assert (docs.kind, queries.kind) == ("packed_sparse", "projected")
     compressor = adaptemb.load(model)
     np.testing.assert_array_equal(queries.to_dense(), compressor.encode_queries(np.load(corpus)).to_dense())
     _, ids = compressor.index(docs).search(queries, 3)  # the saved query codes search the saved documents

@@ -107,8 +107,7 @@ def test_text_export_sparse_codes_from_token_ids(tiny_bert: Path, tmp_path: Path
     assert [(i.name, i.type) for i in session.get_inputs()] == [
         ("input_ids", "tensor(int64)"), ("attention_mask", "tensor(int64)")]
     assert [i.shape for i in session.get_inputs()] == [["batch", "sequence"]] * 2
-    assert [(o.name, o.type) for o in session.get_outputs()] == [
-        ("indices", "tensor(uint8)"), ("values", "tensor(float16)")]  # h = 64 fits uint8; csr stores float16
+    assert [(o.name, o.type) for o in session.get_outputs()] == [("packed", "tensor(uint8)")]  # csr's packed rows
     assert {"tokenizer.json", "tokenizer_config.json"} <= {p.name for p in tmp_path.iterdir()}
     metadata = session.get_modelmeta().custom_metadata_map
     assert metadata["adaptemb.format"] == "adaptemb.encoder" and metadata["method"] == "csr"
@@ -118,8 +117,9 @@ def test_text_export_sparse_codes_from_token_ids(tiny_bert: Path, tmp_path: Path
     # dynamic batch (1 and 3) and sequence lengths, tokenised by tokenizer.json alone, truncation included
     for texts in (TEXTS[:1], TEXTS, [TEXTS[1] * 20, "b"]):
         got = _run_texts(tmp_path / "enc.onnx", texts)
-        assert got["indices"].shape == (len(texts), 3)
-        _assert_matches(got, comp.encode(encoder.encode(texts, progress=False), k=3), ("indices", "values"))
+        codes = comp.encode(encoder.encode(texts, progress=False), k=3)
+        assert got["packed"].shape == (len(texts), codes.bytes_per_vector)
+        _assert_matches(got, codes, ("packed",))
 
 
 def test_text_export_dense_codes_and_the_embedding(tiny_bert: Path, tmp_path: Path) -> None:
@@ -243,7 +243,7 @@ def test_quantised_export_reports_the_graph_it_wrote(tiny_bert: Path, tmp_path: 
     assert float_parity.agreement >= MIN_AGREEMENT
     assert result.quantization is not None and result.quantization.parity == parity
     codes = comp.encode(encoder.encode(list(SAMPLE_TEXTS), progress=False), k=4)
-    written = compare_codes(_run_texts(target, list(SAMPLE_TEXTS)), storage_arrays(codes, ("indices", "values")),
+    written = compare_codes(_run_texts(target, list(SAMPLE_TEXTS)), storage_arrays(codes, ("packed",)),
                             reference=codes, quantized=True)
     assert parity.quantized and parity.rows == len(SAMPLE_TEXTS)
     assert parity.active_agreement == pytest.approx(written.active_agreement)  # the graph on disk, not the float one
@@ -307,9 +307,10 @@ def test_bundled_minilm_with_dynamic_quantisation(tmp_path: Path) -> None:
     assert abs(result.size_bytes - report.quantized_bytes) < 65536  # the same graph, plus its metadata
     assert json.loads(result.metadata["quantization"])["method"] == "dynamic"
     got = _run_texts(tmp_path / "minilm-csr.onnx", TEXTS)
-    assert got["indices"].shape == (3, 16) and got["indices"].dtype == np.uint16
     want = comp.encode(encoder.encode(TEXTS, progress=False), k=16)
-    overlap = np.mean([len(np.intersect1d(g, w)) / 16 for g, w in zip(got["indices"], want.to_arrays()["indices"])])
+    assert got["packed"].shape == (3, want.bytes_per_vector) and got["packed"].dtype == np.uint8
+    got_indices, want_indices = (want.parity_arrays(arrays)["indices"] for arrays in (got, want.to_arrays()))
+    overlap = np.mean([len(np.intersect1d(g, w)) / 16 for g, w in zip(got_indices, want_indices)])
     assert overlap > 0.5  # int8 weights move the embedding a little; most active latents stay
 
 

@@ -197,7 +197,7 @@ def test_pairs_are_read_with_the_same_input_kind() -> None:
     comp = adaptemb.fit(values, "csr", pairs=(values[:100], values[100:200]), input_kind="int8", **params)
     floats = values.astype(np.float32)
     ref = adaptemb.fit(floats, "csr", pairs=(floats[:100], floats[100:200]), **params)
-    assert np.array_equal(comp.encode(values, input_kind="int8").indices, ref.encode(floats).indices)
+    assert np.array_equal(comp.encode(values, input_kind="int8").packed, ref.encode(floats).packed)
 
 
 # -- ubinary: binary (threshold="zero") keeps the bits, every other method gets ±1 -------------------------------

@@ -136,6 +136,12 @@ class Codes(ABC):
         arrays = self.to_arrays()
         return {name: arrays[name] for name in self.onnx_outputs or head_outputs}
 
+    def parity_arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Storage arrays of codes like these (``onnx_arrays``, or an exported encoder's outputs) as the parity check
+        compares them (``adaptemb.onnx.parity.compare_codes``: ``indices`` as row sets, -1 an empty slot, with their
+        ``values``; ``bits``; ``codes``). By default as they are; a kind whose storage is packed unpacks it."""
+        return dict(arrays)
+
     # -- the columns of a code table (streaming's parquet shards) -------------------------------
 
     def row_columns(self) -> dict[str, RowColumn]:

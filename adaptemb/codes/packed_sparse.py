@@ -125,6 +125,7 @@ class PackedSparseCodes(Codes):
 
     kind = "packed_sparse"
     shared_arrays = ("layout", "codebook")
+    onnx_outputs = ("packed",)
     vector_form = "sparse"
     row_bytes = staticmethod(row_bytes)
     index_bits = staticmethod(index_bits)
@@ -217,6 +218,16 @@ class PackedSparseCodes(Codes):
         self._check_same_kind(other)
         assert isinstance(other, PackedSparseCodes)
         return np.asarray((self.to_csr() @ other.to_csr().T).toarray(), dtype=np.float32)
+
+    def parity_arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Packed rows (``packed``, with these codes' layout and codebook) as ``indices`` (-1: an empty slot) and
+        their dequantised ``values``."""
+        if "packed" not in arrays:
+            return dict(arrays)
+        rows = PackedSparseCodes(np.ascontiguousarray(arrays["packed"], np.uint8), self.dim, self.k, self.value_bits,
+                                 None if self.value_bits == 16 else self.codebook)
+        indices, levels = rows.slots()
+        return {"indices": np.where(indices < self.dim, indices, -1), "values": rows.level_values(indices, levels)}
 
     def _layout(self) -> np.ndarray:
         return np.array([LAYOUT_VERSION, self.k, self.value_bits], dtype=np.int32)

@@ -188,6 +188,8 @@ def compare_codes(outputs: Mapping[str, np.ndarray], expected: Mapping[str, np.n
     bits as the active entries; int8 codes are dequantised for the cosine). ``quantized`` holds the outputs
     to the quantised bar instead of the float bar. ``indices`` are compared as each row's set; -1 marks an
     empty slot (a head's fixed layout of a row with fewer active features)."""
+    if reference is not None:  # the kind's comparable form (packed codes: their indices and values)
+        outputs, expected = reference.parity_arrays(dict(outputs)), reference.parity_arrays(dict(expected))
     tally = _Tally()
     for name, want in expected.items():
         got = outputs[name]
