@@ -208,16 +208,18 @@ class PackedSparseCodes(Codes):
         matrix.sum_duplicates()
         return matrix
 
+    def similarity(self, other: Codes) -> np.ndarray:
+        """The dot products of the dequantised rows."""
+        self._check_same_kind(other)
+        assert isinstance(other, PackedSparseCodes)
+        return (self.to_csr() @ other.to_csr().T).toarray().astype(np.float32)
+
     def to_dense(self) -> np.ndarray:
         return self.to_csr().toarray()
 
     def vector_rows(self) -> sp.csr_matrix:
+        """The dequantised rows (a vector database's sparse vectors)."""
         return self.to_csr()
-
-    def similarity(self, other: Codes) -> np.ndarray:
-        self._check_same_kind(other)
-        assert isinstance(other, PackedSparseCodes)
-        return np.asarray((self.to_csr() @ other.to_csr().T).toarray(), dtype=np.float32)
 
     def parity_arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Packed rows (``packed``, with these codes' layout and codebook) as ``indices`` (-1: an empty slot) and
