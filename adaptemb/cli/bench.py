@@ -17,8 +17,8 @@ from adaptemb.cli.errors import friendly_errors
 from adaptemb.cli.options import Device, flag
 from adaptemb.config import parse_params
 
-DEFAULT_BUDGETS = "16,32,64,128"
-DEFAULT_BYTES = "16,32,64,128"
+DEFAULT_BUDGETS = "16,32,64"
+DEFAULT_BYTES = "16,32,64"
 
 
 def parse_ints(text: str, what: str) -> list[int]:
@@ -99,7 +99,7 @@ def bench_command(
         "--budgets", help="Comma list of budgets k in each method's own unit (active dims, bits, sub-quantisers); "
         "instead of --bytes.")] = None,
     nbytes: Annotated[str | None, typer.Option(
-        "--bytes", help="Comma list of byte budgets per vector (default 16,32,64,128): each method encodes at its "
+        "--bytes", help="Comma list of byte budgets per vector (default 16,32,64; add 128 or more as you need): each method encodes at its "
         "largest k whose codes fit, so every method is compared at equal bytes.")] = None,
     device: Annotated[Device, typer.Option("--device", help="Where to fit and search: auto (CUDA when present), cpu or cuda.")] = Device.auto,
     out: Annotated[Path, typer.Option("--out", help="Folder for results.json/.csv, plots and report.md.")] = Path("bench-results"),

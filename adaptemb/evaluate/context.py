@@ -22,7 +22,7 @@ class BenchConfig:
     (e.g. ``"int8"``) whose ``to_dense()`` codes live in the embedding space."""
 
     methods: list[str]
-    budgets: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
+    budgets: list[int] = field(default_factory=lambda: [16, 32, 64])
     bytes: list[int] | None = None
     """Byte budgets per vector: when set, they replace ``budgets`` and each method encodes at its largest
     ``k`` whose codes fit (``Compressor.budget_for_bytes``), so every method is compared at equal bytes."""

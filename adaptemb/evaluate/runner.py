@@ -49,7 +49,7 @@ from adaptemb.evaluate.scale import run_scale
 from adaptemb.method import Compressor
 from adaptemb.registry import build_index, get_registry
 
-RECOMMENDATION_BYTES = (16, 32, 64, 128)
+RECOMMENDATION_BYTES = (16, 32, 64)
 """The byte budgets the recommendation covers when the bench ran on ``k`` budgets rather than bytes."""
 
 
