@@ -12,13 +12,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import pydantic
 import torch
 
 from adaptemb.budgets import Budgets, largest_budget_within
+from adaptemb.capabilities import Capabilities
 from adaptemb.codes import Codes
 from adaptemb.config import CompressorConfig, config_error_message
 from adaptemb.errors import (
@@ -34,14 +35,15 @@ _Self = TypeVar("_Self", bound="CompressorCore")
 Array = Any  # a numpy array or torch tensor; validated at run time by adaptemb.validation
 
 
-class CompressorCore(ABC):
+class CompressorCore(Capabilities, ABC):
     """Fit on frozen embeddings once, then encode at any supported budget ``k``: the contract of a compressor.
 
     A method sets ``name``, ``Config`` and ``budget_help`` and implements the hooks below (``_fit``, ``_encode``,
     ``_budgets``, ``_state``, ``_set_state``; optionally ``_decode``, ``_encode_queries``, ``_fit_stream``). The
     public ``fit``, ``encode`` and ``encode_queries`` live here only: they read the input (``input_kind``),
     validate it and the budget, and call the hooks with float32 CPU tensors. What a method can do it declares in
-    class attributes (a property where the config decides), never guessed from what it overrides.
+    class attributes (``adaptemb.capabilities.Capabilities``; a property where the config decides), never guessed
+    from what it overrides.
     """
 
     name: ClassVar[str]
@@ -49,44 +51,10 @@ class CompressorCore(ABC):
     Config: ClassVar[type[CompressorConfig]] = CompressorConfig
     budget_help: ClassVar[str] = ""
     """One line saying what ``k`` means for this method, shown by ``adaptemb plugins``."""
-    fit_inputs: ClassVar[frozenset[str]] = frozenset()
-    """Extra supervision ``fit`` accepts: a subset of ``{"pairs", "labels"}``."""
     test_params: ClassVar[dict[str, Any]] = {}
     """Small, fast settings the contract suite (``adaptemb.testing``) fits with."""
     doc_kind: ClassVar[str | None] = None
     """The code kind ``encode`` emits (e.g. ``"sparse"``); None: read from the codes at index time."""
-    stream_sample_rows: ClassVar[int] = 100_000
-    """Rows of a uniform sample a fit from a stream draws: what ``_fit_stream`` fits on by default, and what a
-    method that trains on every row of the stream takes its initialisation statistics from."""
-    accepts_input_kinds: ClassVar[tuple[str, ...]] = ()
-    """Integer input kinds (``"int8"``, ``"ubinary"``) this method keeps as its codes, without re-quantising:
-    ``fit`` then calls ``_fit_passthrough`` and ``encode`` ``_encode_passthrough`` with the validated
-    ``IntegerEmbeddings``. Every other method gets such input dequantised to float32 (see ``adaptemb.inputs``)."""
-    symmetric: ClassVar[bool] = True
-    """True when queries are encoded like documents (``encode_queries`` is ``encode``) and scored by the codes'
-    own similarity, so the codes' own index backend serves them. A method that encodes queries its own way
-    (``_encode_queries``) or scores otherwise (``score``) declares False, and the ``query_kind`` it emits."""
-    normalizes_rows: ClassVar[bool] = False
-    """True for methods that encode each row's direction (rows L2-normalised first, ``adaptemb.unit_rows``):
-    ``fit`` leaves all-zero rows out (see ``adaptemb.fitting``), and ``encode`` (and ``encoder(k)``) must give a
-    zero row the empty code of its kind (``adaptemb.has_direction`` masks it), so a zero query scores 0."""
-    trains_on_stream: ClassVar[bool] = False
-    """True when a fit from a stream trains on every row (the method's ``_fit_stream`` reads minibatches);
-    False when it fits on a uniform sample of ``stream_sample_rows`` rows (the default ``_fit_stream``)."""
-    natural_budget: ClassVar[bool] = False
-    """True when ``encode(x)`` with ``k=None`` encodes in the method's natural mode, ``_encode_natural(x)``:
-    each row keeps its own number of active dims (at most ``budgets().default``); ``k=j`` still encodes at j."""
-    decodes: ClassVar[bool] = False
-    """True when ``decode`` reconstructs embeddings from codes (the method implements ``_decode``)."""
-    role: ClassVar[Literal["projection", "quantizer"] | None] = None
-    """What a method can be in a composed code ``"a+b"`` (``adaptemb.compose``): a ``"projection"`` (float values
-    at a rank ``k``: the first part) or a ``"quantizer"`` (codes of the projected values: the second part)."""
-    sign_bits: ClassVar[bool] = False
-    """True for a quantiser whose codes are one sign bit per dimension: a composition rotates before it by default."""
-    bench_partner: ClassVar[Literal["always", "supervised", "matryoshka"] | None] = None
-    """When ``adaptemb bench``'s default method list composes this part (a ``role``) with the other role's partners:
-    ``"always"``; ``"supervised"``: when the dataset brings pairs or labels this method learns from (``fit_inputs``);
-    ``"matryoshka"``: when the embeddings are Matryoshka-trained (``adaptemb bench --matryoshka``); None: never."""
 
     def __init__(self, config: CompressorConfig | None = None, **params: Any) -> None:
         if config is not None and params:
