@@ -18,7 +18,6 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
-from typing_extensions import Self
 
 from adaptemb.errors import UnsupportedExportError
 
@@ -162,7 +161,9 @@ class Codes(ABC):
         return columns
 
     @classmethod
-    def from_row_columns(cls, columns: dict[str, RowColumn], shared: dict[str, np.ndarray], dim: int) -> Self:
+    def from_row_columns(  # noqa: PYI019 (typing.Self is 3.11+; 3.10 is supported)
+        cls: type[_C], columns: dict[str, RowColumn], shared: dict[str, np.ndarray], dim: int
+    ) -> _C:
         """Rebuild codes from ``row_columns()`` output and the ``shared_arrays``."""
         return cls.from_arrays({**{name: column.values for name, column in columns.items()}, **shared}, dim)
 
