@@ -2,6 +2,7 @@
 
 * ``top_k``: the best columns of a numpy score block;
 * ``merge_top_k``: the best of candidate lists (per-block top-k lists, a shortlist rescored);
+* ``blockwise_top_k``: ``top_k`` of documents scored block by block (bounded memory), merged once;
 * ``threshold_top_k``: ``top_k`` of wide rows by skipping chunks that cannot reach the k-th score (sparse scores);
 * ``torch_top_k``: top-k on a torch device, of one score matrix or of document blocks merged on the device;
 * ``exact_top_k``: the corpus rows with the largest inner product per query (ground truth of a dense corpus).
@@ -48,6 +49,17 @@ def merge_top_k(scores: Sequence[np.ndarray], ids: Sequence[np.ndarray], k: int)
     all_scores, all_ids = np.concatenate(scores, axis=1), np.concatenate(ids, axis=1)
     order = np.lexsort((all_ids, -all_scores), axis=1)[:, :k]
     return np.take_along_axis(all_scores, order, axis=1), np.take_along_axis(all_ids, order, axis=1).astype(np.int64)
+
+
+def blockwise_top_k(block_scores: Callable[[int, int], np.ndarray], k: int, *, n: int, block_rows: int) -> TopK:
+    """``top_k`` over ``n`` documents scored in blocks of ``block_rows`` (``block_scores(start, stop)`` gives the
+    (queries, stop - start) scores), each block's top-k merged once at the end (``merge_top_k``)."""
+    scores, ids = [], []
+    for start in range(0, n, block_rows):
+        part = block_scores(start, min(start + block_rows, n))
+        best, cols = top_k(part, min(k, part.shape[1]))
+        scores.append(best), ids.append(cols + start)
+    return merge_top_k(scores, ids, k)
 
 
 def threshold_top_k(scores: np.ndarray, k: int, chunk: int = 1024) -> TopK:

@@ -33,11 +33,8 @@ class ScoreIndex:
         out_scores, out_ids = [], []
         for qs in range(0, len(queries), self.query_batch):
             q = queries[qs : qs + self.query_batch]
-            scores, ids = [], []
-            for start in range(0, len(self.docs), block):
-                part = np.asarray(self.score(q, self.docs[start : start + block]), dtype=np.float32)
-                s, i = ranking.top_k(part, min(top_k, part.shape[1]))
-                scores.append(s), ids.append(i + start)
-            s, i = ranking.merge_top_k(scores, ids, top_k)
+            s, i = ranking.blockwise_top_k(
+                lambda start, stop, q=q: np.asarray(self.score(q, self.docs[start:stop]), dtype=np.float32),
+                top_k, n=len(self.docs), block_rows=block)
             out_scores.append(s), out_ids.append(i)
         return np.concatenate(out_scores), np.concatenate(out_ids)

@@ -109,9 +109,5 @@ class Int8Index(_TwoEngineIndex):
             w = torch.from_numpy(weights).to(self.device)
             b = torch.from_numpy(bias).to(self.device)[:, None]
             return ranking.torch_top_k(lambda s, e: b + w @ self._codes[s:e].float().T, top_k, n=len(self), block_rows=block)
-        scores, ids = [], []
-        for start in range(0, len(self), block):
-            part = bias[:, None] + weights @ self._codes[start : start + block].astype(np.float32).T
-            s, i = ranking.top_k(part, min(top_k, part.shape[1]))
-            scores.append(s), ids.append(i + start)
-        return ranking.merge_top_k(scores, ids, top_k)
+        return ranking.blockwise_top_k(lambda s, e: bias[:, None] + weights @ self._codes[s:e].astype(np.float32).T,
+                                       top_k, n=len(self), block_rows=block)
