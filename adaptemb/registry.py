@@ -295,6 +295,30 @@ def register_index_backends(registry: IndexRegistry) -> None:
     """
 
 
+def adds_compressors(*classes: type) -> Callable[[CompressorRegistry], None]:
+    """A ``register_compressors`` implementation that adds ``classes``, for a plugin that has nothing else to do
+    in it: ``register_compressors = adds_compressors(MyCompressor)`` at module level."""
+
+    @hookimpl
+    def register_compressors(registry: CompressorRegistry) -> None:
+        for cls in classes:
+            registry.add(cls)
+
+    return register_compressors
+
+
+def adds_index_backends(*classes: type[Index]) -> Callable[[IndexRegistry], None]:
+    """A ``register_index_backends`` implementation that adds ``classes``:
+    ``register_index_backends = adds_index_backends(MyIndex)`` at module level."""
+
+    @hookimpl
+    def register_index_backends(registry: IndexRegistry) -> None:
+        for cls in classes:
+            registry.add(cls)
+
+    return register_index_backends
+
+
 class _CoreIndexBackends:
     """The core's own index backends, a plugin like any other (the manager registers it first)."""
 

@@ -14,12 +14,11 @@ from adaptemb import (
     CompressedIndex,
     Compressor,
     CompressorConfig,
-    CompressorRegistry,
     IntegerEmbeddings,
     InvalidConfigError,
     Rerank,
+    adds_compressors,
     as_matrix,
-    hookimpl,
 )
 
 from .unbudgeted import Unbudgeted
@@ -120,6 +119,4 @@ class _SignBits(torch.nn.Module):
         return (packed.to(torch.uint8),)
 
 
-@hookimpl
-def register_compressors(registry: CompressorRegistry) -> None:
-    registry.add(BinaryCompressor)
+register_compressors = adds_compressors(BinaryCompressor)

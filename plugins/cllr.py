@@ -32,11 +32,10 @@ from adaptemb import (
     Codes,
     Compressor,
     CompressorConfig,
-    CompressorRegistry,
     DenseCodes,
     InvalidConfigError,
     QuantizedCodes,
-    hookimpl,
+    adds_compressors,
     principal_components,
 )
 from adaptemb_plugins.cllr_model import (
@@ -333,6 +332,4 @@ def _report_extra(cfg: CLLRConfig, mode: str, before: dict[str, float], after: d
     }
 
 
-@hookimpl
-def register_compressors(registry: CompressorRegistry) -> None:
-    registry.add(CLLRCompressor)
+register_compressors = adds_compressors(CLLRCompressor)

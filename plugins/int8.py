@@ -12,11 +12,10 @@ from adaptemb import (
     Codes,
     Compressor,
     CompressorConfig,
-    CompressorRegistry,
     IntegerEmbeddings,
     InvalidConfigError,
     QuantizedCodes,
-    hookimpl,
+    adds_compressors,
 )
 
 from .unbudgeted import Unbudgeted
@@ -127,6 +126,4 @@ class _Quantise(torch.nn.Module):
         return (codes.to(torch.int8),)
 
 
-@hookimpl
-def register_compressors(registry: CompressorRegistry) -> None:
-    registry.add(Int8Compressor)
+register_compressors = adds_compressors(Int8Compressor)

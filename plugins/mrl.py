@@ -20,14 +20,13 @@ from adaptemb import (
     Budgets,
     Codes,
     Compressor,
-    CompressorRegistry,
     DenseCodes,
     InvalidConfigError,
     RowStream,
     StreamBatches,
     TrainingConfig,
+    adds_compressors,
     has_direction,
-    hookimpl,
     principal_components,
     train,
     unit_rows,
@@ -203,6 +202,4 @@ class _NestedAdapter(torch.nn.Module):
         return total, losses
 
 
-@hookimpl
-def register_compressors(registry: CompressorRegistry) -> None:
-    registry.add(MRLCompressor)
+register_compressors = adds_compressors(MRLCompressor)

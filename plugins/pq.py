@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from adaptemb import Budgets, CompressorConfig, CompressorRegistry, IndexRegistry, InvalidConfigError, hookimpl
+from adaptemb import Budgets, CompressorConfig, InvalidConfigError, adds_compressors, adds_index_backends
 
 from .faiss_codes import (
     METRIC,
@@ -238,12 +238,7 @@ class PQIndex(FaissCodesIndex):
     pairs = (("dense", "pq"),)
 
 
-@hookimpl
-def register_compressors(registry: CompressorRegistry) -> None:
-    registry.add(PQCompressor)
-    registry.add(OPQCompressor)
+register_compressors = adds_compressors(PQCompressor, OPQCompressor)
 
 
-@hookimpl
-def register_index_backends(registry: IndexRegistry) -> None:
-    registry.add(PQIndex)
+register_index_backends = adds_index_backends(PQIndex)

@@ -22,15 +22,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from adaptemb import (
-    Budgets,
-    Codes,
-    CompressorConfig,
-    CompressorRegistry,
-    IndexRegistry,
-    SearchResult,
-    hookimpl,
-)
+from adaptemb import Budgets, Codes, CompressorConfig, SearchResult, adds_compressors, adds_index_backends
 
 from .faiss_codes import (
     METRIC,
@@ -187,11 +179,7 @@ class RaBitQIndex(FaissCodesIndex):
         return scores[:, :top_k], ids[:, :top_k]
 
 
-@hookimpl
-def register_compressors(registry: CompressorRegistry) -> None:
-    registry.add(RaBitQCompressor)
+register_compressors = adds_compressors(RaBitQCompressor)
 
 
-@hookimpl
-def register_index_backends(registry: IndexRegistry) -> None:
-    registry.add(RaBitQIndex)
+register_index_backends = adds_index_backends(RaBitQIndex)

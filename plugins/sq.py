@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from adaptemb import Budgets, CompressorConfig, CompressorRegistry, IndexRegistry, hookimpl
+from adaptemb import Budgets, CompressorConfig, adds_compressors, adds_index_backends
 
 from .faiss_codes import METRIC, FaissCodes, FaissCodesIndex, FaissCompressor, faiss_threads, scalar, table
 
@@ -96,11 +96,7 @@ class SQIndex(FaissCodesIndex):
     pairs = (("dense", "sq"),)
 
 
-@hookimpl
-def register_compressors(registry: CompressorRegistry) -> None:
-    registry.add(SQCompressor)
+register_compressors = adds_compressors(SQCompressor)
 
 
-@hookimpl
-def register_index_backends(registry: IndexRegistry) -> None:
-    registry.add(SQIndex)
+register_index_backends = adds_index_backends(SQIndex)

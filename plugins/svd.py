@@ -10,10 +10,9 @@ from adaptemb import (
     Codes,
     Compressor,
     CompressorConfig,
-    CompressorRegistry,
     DenseCodes,
     InvalidConfigError,
-    hookimpl,
+    adds_compressors,
     principal_components,
 )
 
@@ -119,6 +118,4 @@ class _Projection(torch.nn.Module):
         return ((x - self.mean) @ self.components.T,)
 
 
-@hookimpl
-def register_compressors(registry: CompressorRegistry) -> None:
-    registry.add(SVDCompressor)
+register_compressors = adds_compressors(SVDCompressor)

@@ -30,14 +30,13 @@ from adaptemb import (
     Budgets,
     Codes,
     CompressorConfig,
-    CompressorRegistry,
     DenseCodes,
     Index,
-    IndexRegistry,
     InvalidConfigError,
     SearchResult,
+    adds_compressors,
+    adds_index_backends,
     blockwise_scores,
-    hookimpl,
     ranking,
 )
 from adaptemb import codes as code_kinds
@@ -272,11 +271,7 @@ class TQIndex(Index):
             n=len(self), block_rows=code_kinds.SCORE_BLOCK_ROWS)
 
 
-@hookimpl
-def register_compressors(registry: CompressorRegistry) -> None:
-    registry.add(TQCompressor)
+register_compressors = adds_compressors(TQCompressor)
 
 
-@hookimpl
-def register_index_backends(registry: IndexRegistry) -> None:
-    registry.add(TQIndex)
+register_index_backends = adds_index_backends(TQIndex)
