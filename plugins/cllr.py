@@ -47,6 +47,7 @@ from adaptemb_plugins.cllr_model import (
     relative_covariance,
 )
 from adaptemb_plugins.cllr_nesting import block_spread_order, nest_prefixes
+from adaptemb_plugins.value_storage import StoredValuesProjection
 
 _LEVELS = 127  # int8 codes lie in [-127, 127]
 _MIN_HELD_OUT = 8  # fewer held-out pairs measure nothing: no early stopping
@@ -110,14 +111,13 @@ class CLLRConfig(CompressorConfig):
         return value
 
 
-class CLLRCompressor(Compressor):
+class CLLRCompressor(StoredValuesProjection, Compressor):
     """Learned projection z = L(x − μ) (NCE + λ·(reconstruction + α·Ω)), prefixes ordered by strength."""
 
     name = "cllr"
-    role, bench_partner = "projection", "supervised"
+    bench_partner = "supervised"
     Config = CLLRConfig
     budget_help = "code dims r, 1 <= r <= rank of the learned L (<= h = 256 by default); one fit serves every r"
-    exportable = True
     fit_inputs = frozenset({"pairs", "labels"})
     test_params: ClassVar[dict[str, Any]] = {"rank": 16, "steps": 20, "batch_size": 64, "progress": False}
     config: CLLRConfig
@@ -127,11 +127,6 @@ class CLLRCompressor(Compressor):
         self._mean: torch.Tensor | None = None
         self._weight: torch.Tensor | None = None
         self._scale: torch.Tensor | None = None
-
-    @property
-    def doc_kind(self) -> str:  # type: ignore[override]
-        """``dense`` (float32 values) or ``int8``, by the config's ``values``."""
-        return "int8" if self.config.values == "int8" else "dense"
 
     # -- fitting --------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from adaptemb import (
     unit_rows,
 )
 
-from .value_storage import LEVELS, StoreValues, Values, as_codes, code_kind
+from .value_storage import LEVELS, StoredValuesProjection, StoreValues, Values, as_codes
 
 
 class MRLConfig(TrainingConfig):
@@ -48,21 +48,15 @@ class MRLConfig(TrainingConfig):
         "length, one range: the largest |value| of the fit rows' normalised prefixes).")
 
 
-class MRLCompressor(Compressor):
+class MRLCompressor(StoredValuesProjection, Compressor):
     """Matryoshka truncation: keep the first k dims and L2-normalise (optionally after a learned adapter)."""
 
     name = "mrl"
-    role, bench_partner = "projection", "matryoshka"
+    bench_partner = "matryoshka"
     Config = MRLConfig
     budget_help = "prefix length m, 1 <= m <= d"
-    exportable = True
     test_params: ClassVar[dict[str, Any]] = {"epochs": 1, "progress": False}
     config: MRLConfig
-
-    @property
-    def doc_kind(self) -> str:  # type: ignore[override]  # depends on the values option
-        return code_kind(self.config.values)
-
     normalizes_rows = True
 
     @property

@@ -16,7 +16,7 @@ from adaptemb import (
     principal_components,
 )
 
-from .value_storage import VALUES_HELP, StoreValues, Values, as_codes, calibrate, code_kind
+from .value_storage import VALUES_HELP, StoredValuesProjection, StoreValues, Values, as_codes, calibrate
 
 
 class SVDConfig(CompressorConfig):
@@ -24,20 +24,15 @@ class SVDConfig(CompressorConfig):
     values: Values = Field("float32", description=VALUES_HELP)
 
 
-class SVDCompressor(Compressor):
+class SVDCompressor(StoredValuesProjection, Compressor):
     """PCA: project mean-centred embeddings on the top-r principal directions (dot-product scoring)."""
 
     name = "svd"
-    role, bench_partner = "projection", "always"
+    bench_partner = "always"
     Config = SVDConfig
     budget_help = "rank r, 1 <= r <= components kept (all d by default)"
-    exportable = True
     decodes = True
     config: SVDConfig
-
-    @property
-    def doc_kind(self) -> str:  # type: ignore[override]  # depends on the values option
-        return code_kind(self.config.values)
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
         d = x.shape[1]

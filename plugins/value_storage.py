@@ -1,5 +1,6 @@
 """How dense methods (``svd``, ``mrl``) store their float values: float32, float16, or int8 with a range
-calibrated on the fit rows (the ``values`` option): 4, 2 or 1 byte per kept dimension.
+calibrated on the fit rows (the ``values`` option): 4, 2 or 1 byte per kept dimension. ``StoredValuesProjection``
+is what the projections whose codes are those values (``svd``, ``mrl``, ``cllr``) declare alike.
 
 float16 codes are ``DenseCodes`` of float16 values (searched by the dense index like float32 ones); int8
 codes are ``QuantizedCodes`` (``offset + scale * code``, searched by the int8 index), queries encoded the same
@@ -8,7 +9,7 @@ way. The encoder module wraps the method's float encoder, so ONNX export still r
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -23,6 +24,21 @@ VALUES_HELP = ("How each kept value is stored: float32 (4 B), float16 (2 B) or i
 def code_kind(values: str) -> str:
     """The code kind a method emits with this ``values`` option."""
     return "int8" if values == "int8" else "dense"
+
+
+class StoredValuesProjection:
+    """Mixin, listed before ``Compressor``, of a projection whose codes are its float values stored as the config's
+    ``values`` says: a composition's first part (``role``), exportable to ONNX, and its code kind follows
+    ``values`` (``int8`` codes for int8 values, else ``dense``)."""
+
+    config: Any
+    """The method's config: it has a ``values`` field (``Values`` or some of them)."""
+    role: ClassVar[Literal["projection"]] = "projection"
+    exportable: ClassVar[bool] = True
+
+    @property
+    def doc_kind(self) -> str:
+        return code_kind(self.config.values)
 
 
 def calibrate(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
