@@ -43,7 +43,6 @@ from adaptemb import (
     cosine_distance,
     has_direction,
     hookimpl,
-    index_dtype,
     train,
     unit_rows,
 )
@@ -243,28 +242,21 @@ class BSACompressor(Compressor):
         return BinarySparseCodes(indptr, np.sort(idx[live], axis=1).reshape(-1), h)
 
     def encoder(self, k: int) -> torch.nn.Module:
-        """Fixed mode at ``k`` as one module (natural mode's ragged output is not exported): sorted ``indices``
-        (n, k), -1 for the empty set of an all-zero row, or a packed ``bitmap`` when that is smaller."""
-        return BSAFixedEncoder(self._model, k, bitmap=self._fixed_bitmap(k)).eval()
-
-    def _fixed_bitmap(self, k: int) -> bool:
-        """Whether the fixed-mode encoder at ``k`` emits a bitmap (smaller than k indices) rather than indices."""
+        """Fixed mode at ``k`` as one module (natural mode's ragged output is not exported), emitting the storage
+        form of rows of k active features: ``packed`` rows (``BinarySparseCodes.pack_slots``; an all-zero row's
+        empty set is k empty slots), or a packed ``bitmap`` when that is smaller (``BinarySparseCodes.fixed_layout``)."""
         h = self._model.encoder.shape[0]
-        return k * index_dtype(h).itemsize > (h + 7) // 8  # the dtype BinarySparseCodes stores its indices in
+        return BSAFixedEncoder(self._model, k, layout=BinarySparseCodes.fixed_layout(k, h)).eval()
 
     def encoder_arrays(self, codes: Codes, k: int) -> dict[str, np.ndarray]:
-        """What ``encoder(k)`` emits for fixed-mode ``codes``: the packed ``bitmap``, or ``indices`` (n, k) with
-        the empty set of an all-zero row as k indices of -1."""
+        """What ``encoder(k)`` emits for fixed-mode ``codes``: their sets as ``packed`` rows of k slots, or as a
+        ``bitmap``, whichever ``BinarySparseCodes.fixed_layout`` picks (codes of any layout are laid out so)."""
         docs = self._check_codes(codes)
-        if self._fixed_bitmap(k):
-            return {"bitmap": np.packbits(docs.to_dense() > 0, axis=1)}
         counts = docs.active_counts()
         if np.any((counts != k) & (counts != 0)):
             raise ValueError(f"fixed-mode codes at k={k} hold k or no active features per row; got counts "
                              f"{sorted(set(counts.tolist()))[:5]}")
-        indices = np.full((len(docs), k), -1, dtype=np.int64)
-        indices[counts == k] = docs.indices.astype(np.int64).reshape(-1, k)
-        return {"indices": indices}
+        return docs.as_layout(BinarySparseCodes.fixed_layout(k, docs.dim), slots=k).to_arrays()
 
     def _encode_natural(self, x: torch.Tensor) -> BinarySparseCodes:
         """Natural mode (``encode(x)``): every feature with ``s >= 0.5``, at most ``budgets().default``; none for 0."""

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from adaptemb import has_direction, unit_rows
+from adaptemb import BinarySparseCodes, has_direction, unit_rows
 
 THRESHOLD = 0.5
 """A feature is active when ``s >= THRESHOLD`` (natural mode and training alike)."""
@@ -78,24 +78,28 @@ class BSAModel(nn.Module):
 
 class BSAFixedEncoder(nn.Module):
     """Fixed-mode encoder at one ``k`` (normalise → centre → matmul → sigmoid → topk), what ONNX export
-    traces. Emits the stored layout of ``BinarySparseCodes``: sorted ``indices`` (n, k) when
-    ``k`` indices take no more bytes than a bitmap, else the packed ``bitmap`` (n, ceil(h / 8)). An all-zero
-    row (no direction) has the empty set: k indices of -1, or an all-zero bitmap."""
+    traces. Emits the storage form of ``BinarySparseCodes`` for rows of k active features (``layout``, from
+    ``BinarySparseCodes.fixed_layout``): ``packed`` rows of the sorted indices (``BinarySparseCodes.pack_slots``)
+    or the packed ``bitmap`` (n, ceil(h / 8)). An all-zero row (no direction) has the empty set: k empty slots
+    (the value h), or an all-zero bitmap."""
 
-    def __init__(self, model: BSAModel, k: int, *, bitmap: bool) -> None:
+    def __init__(self, model: BSAModel, k: int, *, layout: str) -> None:
         super().__init__()
-        self.model, self.k, self.bitmap = model, k, bitmap
-        self.output_names = ("bitmap",) if bitmap else ("indices",)
+        if layout not in ("packed", "bitmap"):
+            raise ValueError(f"a fixed-mode encoder emits 'packed' rows or a 'bitmap'; got layout={layout!r}")
+        self.model, self.k, self.layout = model, k, layout
+        self.output_names = (layout,)
         self.register_buffer("bit_weights", 2.0 ** torch.arange(7, -1, -1, dtype=torch.float32))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
         s = self.model.activations(unit_rows(x))
         idx = torch.topk(s, self.k, dim=1).indices
         live = has_direction(x)
-        if not self.bitmap:
-            return (torch.where(live, torch.sort(idx, dim=1).values, torch.full_like(idx, -1)),)
         h = s.shape[1]
+        if self.layout == "packed":
+            slots = torch.where(live, torch.sort(idx, dim=1).values, torch.full_like(idx, h))
+            return (BinarySparseCodes.pack_slots(slots, h),)
         mask = torch.zeros_like(s).scatter(1, idx, 1.0) * live
         mask = F.pad(mask, (0, (-h) % 8))
         packed = (mask.reshape(mask.shape[0], -1, 8) * self.bit_weights).sum(dim=2)
-        return (packed.to(torch.int32),)
+        return (packed.to(torch.uint8),)

@@ -167,30 +167,184 @@ def test_binary_sparse_similarity_by_hand() -> None:
 # -- storage accounting ----------------------------------------------------------------------------
 
 
-def test_ragged_index_storage_by_hand() -> None:
-    mask = np.zeros((3, 300), dtype=bool)
-    mask[0, [1, 299]] = mask[1, [0, 5, 7]] = mask[2, [100]] = True
-    codes = BinarySparseCodes.from_mask(mask)
-    # 6 uint16 indices + 3 uint16 counts = 18 bytes; the bitmap would be 3 * 38 = 114
-    assert codes.layout == "ragged" and codes.row_nbytes == 18 and codes.nbytes == 18
-    assert sum(a.nbytes for a in codes.to_arrays().values()) == 18
-    storage = codes.storage
-    assert storage["index_bits"] == 9 and storage["bitmap_bytes_per_vector"] == 38
-    assert storage["ideal_bits_per_vector"] == pytest.approx(6 * 9 / 3 + 9)  # + ceil(log2 301) count bits
-    assert storage["bytes_per_vector"] == pytest.approx(6.0)
+def _bits(*numbers: int, width: int) -> str:
+    return "".join(format(v, f"0{width}b") for v in numbers)
 
 
-def test_fixed_and_bitmap_storage_by_hand(tmp_path: Path) -> None:
+def _bytes_of(bits: str) -> list[int]:
+    bits += "0" * (-len(bits) % 8)
+    return [int(bits[i : i + 8], 2) for i in range(0, len(bits), 8)]
+
+
+def test_packed_rows_by_hand() -> None:
+    """dim 300: 9 bits an index (ceil(log2 301)); rows of 2 indices in ceil(18 / 8) = 3 bytes, not 2 uint16."""
     fixed = BinarySparseCodes.from_indices(np.array([[5, 2], [299, 0]]), dim=300)
-    assert fixed.layout == "fixed" and fixed.row_nbytes == 8  # 4 uint16 indices, no counts
-    assert fixed.storage["ideal_bits_per_vector"] == pytest.approx(2 * 9)
+    assert fixed.layout == "packed" and fixed.row_nbytes == 6 and fixed.bytes_per_vector == 3
+    assert fixed.nbytes == sum(a.nbytes for a in fixed.to_arrays().values()) == 6 + 8  # + layout (version, bits)
+    np.testing.assert_array_equal(fixed.packed, [_bytes_of(_bits(2, 5, width=9)), _bytes_of(_bits(0, 299, width=9))])
+    assert fixed.storage["ideal_bits_per_vector"] == pytest.approx(2 * 9) and fixed.storage["index_bits"] == 9
+    # an empty row (an all-zero embedding in fixed mode) holds empty slots, the value dim = 300
+    with_empty = BinarySparseCodes(np.array([0, 2, 2]), np.array([2, 5]), dim=300, layout="packed")
+    assert with_empty.row_nbytes == 6
+    assert BinarySparseCodes(np.array([0, 2, 2]), np.array([2, 5]), dim=300).row_nbytes == 5  # ragged: 3 + 0 + 2 counts
+    np.testing.assert_array_equal(with_empty.packed[1], _bytes_of(_bits(300, 300, width=9)))
+    np.testing.assert_array_equal(with_empty.active_counts(), [2, 0])
+    # dim 5: 3 bits an index; one index takes a byte, which has room for a second slot: filled empty (5)
+    one = BinarySparseCodes.from_indices(np.array([[3]]), dim=5)
+    np.testing.assert_array_equal(one.packed, [_bytes_of(_bits(3, 5, width=3))])
+    np.testing.assert_array_equal(one.to_dense(), [[0, 0, 0, 1, 0]])
+
+
+def test_ragged_rows_by_hand() -> None:
+    """Counts that vary: each row in its own whole bytes, plus a uint8 count a row (the largest count fits)."""
+    mask = np.zeros((3, 300), dtype=bool)
+    mask[0, np.arange(0, 300, 15)] = mask[1, 5] = mask[2, 299] = True  # 20, 1 and 1 indices
+    codes = BinarySparseCodes.from_mask(mask)
+    # ragged: ceil(20 * 9 / 8) + 2 + 2 = 27 bytes + 3 counts = 30; packed: 3 rows of 23 = 69; bitmap: 3 * 38 = 114
+    assert codes.layout == "ragged" and codes.row_nbytes == 30 and codes.nbytes == 30 + 8
+    assert codes.counts is not None and codes.counts.dtype == np.uint8
+    np.testing.assert_array_equal(codes.packed[23:], _bytes_of(_bits(5, width=9)) + _bytes_of(_bits(299, width=9)))
+    assert sum(a.nbytes for a in codes.to_arrays().values()) == codes.nbytes
+    storage = codes.storage
+    assert storage["bitmap_bytes_per_vector"] == 38 and storage["bytes_per_vector"] == pytest.approx(10.0)
+    assert storage["ideal_bits_per_vector"] == pytest.approx(22 * 9 / 3 + 9)  # + ceil(log2 301) count bits
+    np.testing.assert_array_equal(codes.to_dense() > 0, mask)
+    np.testing.assert_array_equal(codes[[2, 0]].to_dense() > 0, mask[[2, 0]])
+    assert codes[[2, 0]].row_nbytes == 2 + 23 + 2
+
+
+def test_bitmap_when_rows_are_dense(tmp_path: Path) -> None:
     dense = BinarySparseCodes.from_mask(np.arange(32).reshape(2, 16) % 3 != 0)
     assert dense.layout == "bitmap" and dense.row_nbytes == 4  # 2 rows * 16 bits
-    for codes in (fixed, dense):
+    for codes in (dense, BinarySparseCodes.from_indices(np.array([[5, 2], [299, 0]]), dim=300)):
         adaptemb.save_codes(codes, tmp_path / "c.npz")
         back = adaptemb.load_codes(tmp_path / "c.npz")
         assert back.layout == codes.layout
         np.testing.assert_array_equal(back.to_dense(), codes.to_dense())
+
+
+def _mask(rows: int, dim: int, seed: int, empty_rows: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    mask = rng.random((rows, dim)) < rng.uniform(0.005, 0.03, size=(rows, 1))
+    mask[:empty_rows] = False
+    return mask
+
+
+@pytest.mark.parametrize("layout", ["packed", "ragged", "bitmap"])
+def test_saved_file_is_rows_times_bytes_per_vector_plus_a_fixed_header(layout: str, tmp_path: Path) -> None:
+    """A codes file of n rows takes n x bytes_per_vector plus a header that does not grow with n."""
+    overheads = []
+    for rows in (10, 1000, 4000):
+        mask = _mask(rows, 3072, seed=rows, empty_rows=2)
+        matrix = BinarySparseCodes.from_mask(mask).to_csr()
+        codes = BinarySparseCodes(matrix.indptr, matrix.indices, 3072, layout=layout)
+        path = adaptemb.save_codes(codes, tmp_path / f"{layout}{rows}.npz")
+        overheads.append(path.stat().st_size - rows * codes.bytes_per_vector)
+        np.testing.assert_array_equal(adaptemb.load_codes(path).to_dense() > 0, mask)
+    assert max(overheads) <= 2048 and max(overheads) - min(overheads) <= 16  # the digits of n in the header
+
+
+def _save_as_earlier_release(arrays: dict[str, np.ndarray], rows: int, dim: int, path: Path) -> Path:
+    """A codes file as releases before the packed layout wrote it: the same header, their arrays."""
+    codes = BinarySparseCodes.from_mask(np.zeros((rows, dim), dtype=bool))
+    codes.to_arrays = lambda: arrays  # type: ignore[method-assign]
+    return adaptemb.save_codes(codes, path)
+
+
+def test_files_of_earlier_releases_still_load(tmp_path: Path) -> None:
+    """The three layouts written before (no ``layout`` array): fixed uint16 (n, k) indices, ragged uint16 indices with
+    counts, bitmap. They load to the same sets, held in today's smallest layout."""
+    mask = _mask(50, 1536, seed=3, empty_rows=1)
+    _, cols = np.nonzero(mask)
+    counts = mask.sum(axis=1)
+    fixed = np.sort(np.argsort(np.random.default_rng(4).random((50, 1536)), axis=1)[:, :16], axis=1)
+    earlier = {
+        "fixed": ({"indices": fixed.astype(np.uint16)}, np.eye(1536, dtype=bool)[fixed].any(axis=1)),
+        "ragged": ({"indices": cols.astype(np.uint16), "counts": counts.astype(np.uint16)}, mask),
+        "bitmap": ({"bitmap": np.packbits(mask, axis=1)}, mask),
+    }
+    for name, (arrays, want) in earlier.items():
+        path = _save_as_earlier_release(arrays, 50, 1536, tmp_path / f"{name}.npz")
+        back = adaptemb.load_codes(path)
+        assert isinstance(back, BinarySparseCodes) and "layout" in back.to_arrays()
+        np.testing.assert_array_equal(back.to_dense() > 0, want)
+    assert adaptemb.load_codes(tmp_path / "fixed.npz").bytes_per_vector == 22  # 16 x 11 bits, was 32
+
+
+def test_newer_or_foreign_layouts_are_refused_clearly(tmp_path: Path) -> None:
+    codes = BinarySparseCodes.from_indices(np.array([[5, 2], [299, 0]]), dim=300)
+    newer = {**codes.to_arrays(), "layout": np.array([2, 9], dtype=np.int32)}
+    with pytest.raises(adaptemb.CorruptFileError, match="layout version 2; this adaptemb reads version 1"):
+        adaptemb.load_codes(_save_as_earlier_release(newer, 2, 300, tmp_path / "newer.npz"))
+    foreign = {"rows": np.zeros((2, 3), np.uint8), "layout": np.array([1, 9], dtype=np.int32)}
+    with pytest.raises(adaptemb.CorruptFileError, match="'packed' rows .* or a 'bitmap'; got \\['layout', 'rows'\\]"):
+        adaptemb.load_codes(_save_as_earlier_release(foreign, 2, 300, tmp_path / "foreign.npz"))
+    wrong_bits = {**codes.to_arrays(), "layout": np.array([1, 16], dtype=np.int32)}
+    with pytest.raises(ValueError, match="does not fit dim=300"):
+        BinarySparseCodes.from_arrays(wrong_bits, 300)
+    out_of_range = {**codes.to_arrays(), "packed": np.full((2, 3), 255, np.uint8)}  # index 511 > 300
+    with pytest.raises(ValueError, match="out of range"):
+        BinarySparseCodes.from_arrays(out_of_range, 300)
+    after_empty = {**codes.to_arrays(), "packed": np.array([_bytes_of(_bits(300, 7, width=9))], np.uint8)}
+    with pytest.raises(ValueError, match="after an empty slot"):
+        BinarySparseCodes.from_arrays(after_empty, 300)
+
+
+@pytest.mark.parametrize("layout", ["packed", "ragged", "bitmap"])
+def test_every_layout_scores_like_the_sets(layout: str, fitted: adaptemb.Compressor, data: np.ndarray) -> None:
+    """Codes of the fitted model (natural and fixed mode, with an all-zero row) held in each layout: overlap and
+    cosine equal those of the 0/1 rows computed with numpy, and the compressor's score is the same in every layout."""
+    rows = np.vstack([np.zeros((1, data.shape[1]), np.float32), data[:120]])
+    queries = fitted.encode_queries(data[200:210])
+    for k in (None, 3, 8):
+        codes = fitted.encode(rows, k=k)
+        held = codes.as_layout(layout)
+        assert held.layout == layout
+        ones = codes.to_dense().astype(np.float64)
+        common = ones[:40] @ ones.T
+        norms = np.sqrt(np.outer(ones[:40].sum(1), ones.sum(1)))
+        np.testing.assert_array_equal(held[:40].similarity(held), common)
+        np.testing.assert_allclose(held[:40].similarity(held, metric="cosine"), np.where(norms > 0, common / np.maximum(norms, 1), 0),
+                                   rtol=1e-6)
+        np.testing.assert_array_equal(fitted.score(queries, held), fitted.score(queries, codes))
+
+
+@pytest.mark.parametrize("layout", ["packed", "ragged", "bitmap"])
+def test_shard_columns_hold_the_stored_rows(layout: str) -> None:
+    """Streaming's columns: packed rows and bitmaps fixed-width, a ragged row's bytes a run of its own width."""
+    mask = _mask(40, 300, seed=9, empty_rows=3)
+    codes = BinarySparseCodes.from_mask(mask).as_layout(layout)
+    columns = codes.row_columns()
+    if layout == "ragged":
+        assert set(columns) == {"packed", "counts"}
+        np.testing.assert_array_equal(np.diff(columns["packed"].offsets), -(-mask.sum(axis=1) * 9 // 8))
+    else:
+        (name, column), = columns.items()
+        assert name == ("bitmap" if layout == "bitmap" else "packed") and column.offsets is None
+        assert column.values.shape == (40, codes.bytes_per_vector)
+    back = BinarySparseCodes.from_row_columns(columns, {"layout": codes.to_arrays()["layout"]}, 300)
+    assert back.layout == layout
+    np.testing.assert_array_equal(back.to_dense() > 0, mask)
+
+
+def test_fixed_mode_encoder_emits_the_stored_rows(fitted: adaptemb.Compressor, data: np.ndarray) -> None:
+    """h = 64: 7 bits an index, so k <= 9 indices (ceil(7 k / 8) <= 8 bytes) are packed rows, more a bitmap; the
+    torch module gives what encode's codes hold (a zero row: k empty slots), byte for byte."""
+    rows = np.vstack([data[:30], np.zeros((2, data.shape[1]), np.float32)])
+    for k, layout in ((1, "packed"), (5, "packed"), (9, "packed"), (10, "bitmap"), (32, "bitmap")):
+        encoder = fitted.encoder(k)
+        assert encoder.output_names == (layout,)
+        with torch.no_grad():
+            got = encoder(torch.from_numpy(rows))[0].numpy()
+        codes = fitted.encode(rows, k=k)
+        want = fitted.encoder_arrays(codes, k)[layout]
+        assert got.dtype == np.uint8 and got.shape == (32, -(-7 * k // 8) if layout == "packed" else 8)
+        np.testing.assert_array_equal(got, want)
+        if layout == "packed":
+            assert codes.layout == "packed" and codes.bytes_per_vector == -(-7 * k // 8)
+            np.testing.assert_array_equal(got, codes.packed)
+            np.testing.assert_array_equal(BinarySparseCodes.from_arrays({"packed": got, "layout": codes.to_arrays()["layout"]}, 64).active_counts(),
+                                          [k] * 30 + [0, 0])
 
 
 def test_codes_slice_and_concat() -> None:

@@ -105,10 +105,28 @@ def test_codes_validate_their_arrays() -> None:
         DenseCodes(np.ones((2, 2), dtype=np.float32))[0]
 
 
-def test_binary_sparse_bitmap_is_built_blockwise_and_round_trips() -> None:
+def test_binary_sparse_bitmap_round_trips() -> None:
     mask = np.random.default_rng(0).random((1000, 37)) < 0.6  # dense rows: the bitmap layout is smallest
     codes = BinarySparseCodes.from_mask(mask)
     assert codes.layout == "bitmap" and codes.bytes_per_vector == 5  # ceil(37 / 8)
-    np.testing.assert_array_equal(codes._packed_bitmap(block_rows=7), np.packbits(mask, axis=1))
+    np.testing.assert_array_equal(codes.packed, np.packbits(mask, axis=1))
     back = BinarySparseCodes.from_arrays(codes.to_arrays(), 37)
     np.testing.assert_array_equal(back.to_dense() > 0, mask)
+
+
+@pytest.mark.parametrize("layout", ["packed", "ragged", "bitmap"])
+def test_binary_sparse_layouts_pack_and_unpack_a_block_at_a_time(layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same bytes and sets whether rows are (un)packed all at once or a few at a time."""
+    from adaptemb.codes import binary_sparse
+
+    rng = np.random.default_rng(5)
+    mask = rng.random((301, 200)) < rng.uniform(0.0, 0.1, size=(301, 1))
+    rows, cols = np.nonzero(mask)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=301))])
+    whole = BinarySparseCodes(indptr, cols, 200, layout=layout)
+    monkeypatch.setattr(binary_sparse, "BLOCK_BITS", 64)  # a few rows a block
+    blocks = BinarySparseCodes(indptr, cols, 200, layout=layout)
+    np.testing.assert_array_equal(blocks.packed, whole.packed)
+    np.testing.assert_array_equal(blocks.to_dense() > 0, mask)
+    np.testing.assert_array_equal(blocks.active_counts(), mask.sum(axis=1))
+    np.testing.assert_array_equal(BinarySparseCodes.from_arrays(whole.to_arrays(), 200).to_dense() > 0, mask)

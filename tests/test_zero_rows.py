@@ -137,10 +137,10 @@ def test_queries_take_the_budget_of_the_documents_that_have_codes(data: tuple[np
 
 
 @pytest.mark.slow
-def test_bsa_indices_head_marks_a_zero_row_with_minus_one(data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
-    """bsa's fixed-mode graph emits (n, k) indices when they are smaller than a bitmap: a zero row's empty set is
-    k indices of -1, which ``export_onnx`` checks against ``encode`` through ``encoder_arrays``, and which the
-    storage head of ``export_encoder`` turns into an all-zero bit row."""
+def test_bsa_packed_head_gives_a_zero_row_empty_slots(data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
+    """bsa's fixed-mode graph emits packed rows when they are smaller than a bitmap: a zero row's empty set is k
+    empty slots (the value h), which ``export_onnx`` checks against ``encode`` through ``encoder_arrays``, and which
+    the storage head of ``export_encoder`` turns into an all-zero bit row."""
     for module in ("onnx", "onnxruntime", "onnxscript"):
         pytest.importorskip(module)
     from adaptemb.onnx.parity import export_checked
@@ -151,12 +151,13 @@ def test_bsa_indices_head_marks_a_zero_row_with_minus_one(data: tuple[np.ndarray
     bsa = adaptemb.fit(x, "bsa", **BSA)
     rows, zero = with_zero_rows(x[:40], every=3)
     k = 3
-    assert bsa.encoder(k).output_names == ("indices",)
+    assert bsa.encoder(k).output_names == ("packed",)
     bsa.export_onnx(tmp_path / "bsa.onnx", k=k, sample=rows)
-    got = run_onnx(tmp_path / "bsa.onnx", rows, ["indices"])["indices"]
-    assert (got[zero] == -1).all() and (got[~zero] >= 0).all()
+    got = run_onnx(tmp_path / "bsa.onnx", rows, ["packed"])["packed"]
     codes = bsa.encode(rows, k=k)
-    np.testing.assert_array_equal(got, bsa.encoder_arrays(codes, k)["indices"])
+    np.testing.assert_array_equal(got, bsa.encoder_arrays(codes, k)["packed"])
+    counts = adaptemb.BinarySparseCodes.from_arrays({"packed": got, "layout": codes.to_arrays()["layout"]}, 64).active_counts()
+    assert (counts[zero] == 0).all() and (counts[~zero] == k).all()
     head = StorageHead(bsa.encoder(k), "binary_sparse", codes.dim)
     bits = head(torch.from_numpy(rows))[0].numpy()
     np.testing.assert_array_equal(bits, storage_arrays(codes, head.head.output_names)["bits"])

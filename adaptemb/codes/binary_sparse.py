@@ -1,50 +1,134 @@
-"""Sets of active indices (binary sparse vectors), stored in the smallest of three layouts."""
+"""Sets of active indices (binary sparse vectors), held at their true size in the smallest of three layouts.
+
+The codes are held (in memory and in files alike) in whichever layout is smallest for the collection, ties
+going to the first:
+
+* ``"packed"``: rows of one width w: a row's sorted indices at ``index_bits(dim)`` bits each, most significant
+  bit first (``np.packbits`` order), then the empty slot ``dim`` in every remaining slot of the row's
+  ``⌊8 w / index_bits⌋``, zero bits to a whole byte. The row with most indices sets w; rows with fewer (an
+  all-zero embedding's empty set) hold empty slots, which cost nothing more.
+* ``"ragged"``: per-row ``counts`` (the smallest unsigned integer type that holds the largest) and each row's
+  indices packed the same way into ``⌈count × index_bits / 8⌉`` bytes (no empty slots), rows one after another
+  (1-D ``packed``): for counts that vary (bsa's natural mode), at most one byte a row above the bit-exact size.
+* ``"bitmap"``: one bit per feature, (n, ⌈dim / 8⌉).
+
+An index takes ``index_bits(dim)`` = ⌈log2(dim + 1)⌉ bits (``PackedSparseCodes``' width and packing helpers):
+⌈log2 dim⌉ unless ``dim`` is a power of two, where one bit more makes room for the empty slot ``dim``.
+``row_nbytes`` is the bytes of the layout held (what ``to_arrays`` returns); the one shared array is
+``layout`` (int32: layout version, index bits). Files of earlier releases, without ``layout`` (``indices``
+(n, k) or 1-D with ``counts``, or ``bitmap``), still load; a newer layout version is refused with its number.
+Scoring: ``"dot"`` = |A ∩ B| and ``"cosine"`` = |A ∩ B| / sqrt(|A| |B|) (0 for an empty row), via scipy sparse
+products of the rows unpacked.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
 import torch
+import torch.nn.functional as F
 
-from adaptemb.codes.base import Codes, index_dtype, select_rows
+from adaptemb.codes.base import Codes, RowColumn, index_dtype, select_rows
 from adaptemb.codes.graph import pack_bits
+from adaptemb.codes.packed_sparse import index_bits, pack_fields, unpack_fields
+
+LAYOUT_VERSION = 1
+"""The layouts this code writes (``layout[0]``); files without a ``layout`` array are the earlier releases'."""
+LAYOUTS = ("packed", "ragged", "bitmap")
+"""The layouts, in the order that breaks ties of size."""
+BLOCK_BITS = 1 << 22
+"""Index bits unpacked (or packed) at a time: bounds the temporary arrays to a few tens of MB."""
+
+
+def packed_width(k: int, dim: int) -> int:
+    """Bytes of a ``"packed"`` row with room for ``k`` indices (at least one slot) over ``dim`` features."""
+    return -(-max(int(k), 1) * index_bits(dim) // 8)
+
+
+def pack_slots(slots: torch.Tensor, dim: int) -> torch.Tensor:
+    """(n, k) integer slots (each row's sorted indices, then ``dim`` for an empty slot) as ``"packed"`` rows:
+    (n, ``packed_width(k, dim)``) uint8, the width's remaining slots empty. Plain torch ops: it exports to ONNX."""
+    capacity = 8 * packed_width(slots.shape[1], dim) // index_bits(dim)
+    slots = F.pad(slots.long(), (0, capacity - slots.shape[1]), value=dim)
+    return pack_fields([(slots, index_bits(dim))])
+
+
+def unpack_slots(packed: np.ndarray, dim: int, count: int | None = None) -> np.ndarray:
+    """The first ``count`` slots (default: all the width holds) of (n, w) packed rows, int64 (n, count)."""
+    bits = index_bits(dim)
+    count = 8 * packed.shape[1] // bits if count is None else count
+    step = max(1, BLOCK_BITS // max(count * bits, 1))
+    parts = [unpack_fields(packed[s : s + step], [(count, bits)])[0] for s in range(0, len(packed), step)]
+    return np.concatenate(parts) if parts else np.zeros((0, count), np.int64)
+
+
+def fixed_layout(k: int, dim: int) -> str:
+    """The layout of rows of ``k`` active features each (or none): ``"packed"``, or ``"bitmap"`` when smaller."""
+    return "packed" if packed_width(k, dim) <= (dim + 7) // 8 else "bitmap"
 
 
 class BinarySparseCodes(Codes):
-    """Sets of active indices over ``dim`` features (binary sparse vectors), e.g. BSA codes.
-
-    Each row stands for a 0/1 vector. The codes are held as CSR pieces (``indptr``, sorted
-    ``indices``) and stored in whichever layout is smallest for the whole collection:
-
-    * ``"fixed"``: every row has the same count k: ``indices`` (n, k), no counts;
-    * ``"ragged"``: 1-D ``indices`` plus per-row ``counts``;
-    * ``"bitmap"``: ``bitmap`` bits packed 8 per byte, (n, ceil(dim / 8)).
-
-    ``row_nbytes`` is the bytes of that layout (what ``to_arrays`` returns); ``storage`` also reports
-    the ideal bit-packed size (``ceil(log2 dim)`` bits per index). Scoring: ``"dot"`` = |A ∩ B| and
-    ``"cosine"`` = |A ∩ B| / sqrt(|A| |B|) (0 for an empty row), via scipy sparse products.
-    """
+    """Sets of active indices over ``dim`` features (binary sparse vectors), e.g. BSA codes, held in the
+    smallest layout (see the module docstring): ``layout``, the uint8 ``packed`` rows (or bitmap) and, for
+    ``"ragged"``, the row ``counts``. Built from CSR pieces (``indptr``, sorted ``indices`` of each row), a
+    mask, an (n, k) index array or a CSR matrix; a slice keeps its codes' layout."""
 
     kind = "binary_sparse"
     metrics: ClassVar[tuple[str, ...]] = ("dot", "cosine")
+    shared_arrays = ("layout",)
     onnx_outputs = ("bits",)
     vector_form = "sparse"
+    layouts: ClassVar[tuple[str, ...]] = LAYOUTS
+    index_bits = staticmethod(index_bits)
+    packed_width = staticmethod(packed_width)
+    pack_slots = staticmethod(pack_slots)
+    fixed_layout = staticmethod(fixed_layout)
+    """``BinarySparseCodes.pack_slots(slots, dim)`` and ``fixed_layout(k, dim)``: what a fixed-k encoder emits."""
 
-    def __init__(self, indptr: np.ndarray, indices: np.ndarray, dim: int) -> None:
+    layout: str
+    packed: np.ndarray
+    counts: np.ndarray | None
+
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, dim: int, *, layout: str | None = None,
+                 slots: int | None = None) -> None:
+        """Codes of rows ``indices[indptr[i]:indptr[i + 1]]`` (sorted, distinct, in ``[0, dim)``), held in
+        ``layout`` (default: the smallest); ``slots``: the ``"packed"`` rows' room (default: the largest count)."""
         indptr = np.asarray(indptr, dtype=np.int64)
+        indices = np.asarray(indices)
         if indptr.ndim != 1 or indptr.size < 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0):
             raise ValueError("indptr must be 1-D, start at 0 and never decrease")
         if indices.ndim != 1 or indices.shape[0] != indptr[-1]:
             raise ValueError(f"indices must be 1-D with indptr[-1]={int(indptr[-1])} entries; got {indices.shape}")
+        if dim < 1:
+            raise ValueError(f"binary sparse codes need dim >= 1; got {dim}")
         if indices.size and (int(indices.max()) >= dim or int(indices.min()) < 0):
             raise ValueError(f"binary sparse indices must lie in [0, {dim}); got {int(indices.min())}..{int(indices.max())}")
-        self.dim = int(dim)
-        self.indptr = indptr
-        self.indices = indices.astype(index_dtype(self.dim), copy=False)
-        self._check_sorted_unique()
+        _check_sorted_unique(indptr, indices)
+        counts = np.diff(indptr)
+        layout = layout or smallest_layout(counts, dim)
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown binary_sparse layout {layout!r}; layouts: {', '.join(LAYOUTS)}")
+        if slots is not None and counts.size and slots < int(counts.max()):
+            raise ValueError(f"packed rows of {slots} slots cannot hold a row of {int(counts.max())} indices")
+        self.dim, self.layout, self.counts = int(dim), layout, None
+        indices = indices.astype(np.int64, copy=False)
+        if layout == "bitmap":
+            self.packed = _bitmap_rows(indptr, indices, self.dim)
+        elif layout == "packed":
+            self.packed = _packed_rows(indptr, indices, self.dim, int(slots or counts.max(initial=0)))
+        else:
+            self.counts = counts.astype(index_dtype(int(counts.max(initial=0)) + 1))
+            self.packed = _ragged_rows(indptr, indices, self.dim)
+
+    @classmethod
+    def _held(cls, dim: int, layout: str, packed: np.ndarray, counts: np.ndarray | None = None) -> BinarySparseCodes:
+        """Codes around storage arrays already in ``layout`` (not checked: see ``from_arrays``)."""
+        codes = cls.__new__(cls)
+        codes.dim, codes.layout, codes.packed, codes.counts = int(dim), layout, packed, counts
+        return codes
 
     # -- constructors ---------------------------------------------------------------------------
 
@@ -74,64 +158,126 @@ class BinarySparseCodes(Codes):
         matrix.sort_indices()
         return cls(matrix.indptr, matrix.indices, matrix.shape[1])
 
+    def as_layout(self, layout: str, slots: int | None = None) -> BinarySparseCodes:
+        """The same sets held in ``layout`` (``slots``: the room of ``"packed"`` rows, default the largest count)."""
+        matrix = self.to_csr()
+        return BinarySparseCodes(matrix.indptr, matrix.indices, self.dim, layout=layout, slots=slots)
+
     # -- shape and storage ----------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return self.indptr.shape[0] - 1
+        return len(self.counts) if self.counts is not None else self.packed.shape[0]
 
     def __getitem__(self, rows: slice | np.ndarray | Sequence[int]) -> BinarySparseCodes:
-        return BinarySparseCodes.from_csr(self.to_csr()[select_rows(rows)])
-
-    def active_counts(self) -> np.ndarray:
-        return np.diff(self.indptr)
+        selected = select_rows(rows)
+        if self.counts is None:
+            return self._held(self.dim, self.layout, self.packed[selected])
+        positions = np.arange(len(self))[selected]
+        widths, offsets = self._row_widths(), self._row_offsets()
+        take = widths[positions]
+        starts = np.repeat(offsets[positions] - (np.cumsum(take) - take), take)
+        return self._held(self.dim, "ragged", self.packed[starts + np.arange(int(take.sum()))], self.counts[positions])
 
     @property
-    def layout(self) -> str:
-        """The stored layout: ``"fixed"``, ``"ragged"`` or ``"bitmap"`` (the smallest, in that order of ties)."""
-        sizes = self._layout_nbytes()
-        return min(sizes, key=sizes.__getitem__)
+    def indptr(self) -> np.ndarray:
+        """Row starts of the unpacked indices (int64, n + 1)."""
+        return np.concatenate([[0], np.cumsum(self.active_counts())]).astype(np.int64)
+
+    @property
+    def indices(self) -> np.ndarray:
+        """Every row's sorted indices, one after another, unpacked on each access (``index_dtype(dim)``)."""
+        return self.to_csr().indices.astype(index_dtype(self.dim))
+
+    def active_counts(self) -> np.ndarray:
+        if self.counts is not None:
+            return self.counts.astype(np.int64)
+        if self.layout == "bitmap":
+            return np.bitwise_count(self.packed).sum(axis=1, dtype=np.int64)
+        parts = [keep.sum(axis=1, dtype=np.int64) for _, keep in self._slot_blocks()]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     @property
     def row_nbytes(self) -> int:
-        return self._layout_nbytes()[self.layout]
+        return int(self.packed.nbytes + (0 if self.counts is None else self.counts.nbytes))
+
+    @property
+    def shared_nbytes(self) -> int:
+        return self._layout_array().nbytes
 
     @property
     def storage(self) -> dict[str, Any]:
-        """Practical and ideal storage, per vector: the stored layout and its bytes, the bitmap size,
-        ``ceil(log2 dim)`` bits per index (plus ``ceil(log2(dim + 1))`` count bits for variable counts),
-        and the combinatorial bound ``log2 C(dim, count)`` bits."""
+        """Storage per vector: the layout held and its bytes, the bitmap's size, the bits of an index, the ideal
+        bit-packed size (``ceil(log2 dim)`` bits per index, plus ``ceil(log2(dim + 1))`` count bits where counts
+        vary) and the combinatorial bound ``log2 C(dim, count)`` bits."""
         n = max(len(self), 1)
         counts = self.active_counts().astype(np.float64)
-        index_bits = max(1, int(np.ceil(np.log2(self.dim))))
-        count_bits = 0 if self.layout == "fixed" else int(np.ceil(np.log2(self.dim + 1)))
-        ideal_bits = float(counts.sum()) * index_bits / n + count_bits
+        ideal_index_bits = max(1, int(np.ceil(np.log2(self.dim))))
+        varies = counts.size > 0 and bool(np.any(counts != counts[0]))
+        ideal_bits = float(counts.sum()) * ideal_index_bits / n + (index_bits(self.dim) if varies else 0)
         log2_choose = (_lgamma(self.dim + 1) - _lgamma(counts + 1) - _lgamma(self.dim - counts + 1)) / np.log(2)
         return {
             "layout": self.layout,
             "bytes_per_vector": self.row_nbytes / n,
             "bitmap_bytes_per_vector": float((self.dim + 7) // 8),
-            "index_bits": index_bits,
+            "index_bits": index_bits(self.dim),
             "ideal_bits_per_vector": ideal_bits,
             "ideal_bytes_per_vector": ideal_bits / 8,
             "entropy_bound_bits_per_vector": float(log2_choose.mean()) if len(self) else 0.0,
             "mean_active": float(counts.mean()) if len(self) else 0.0,
         }
 
-    def _layout_nbytes(self) -> dict[str, int]:
-        n, counts = len(self), self.active_counts()
-        sizes = {}
-        if n and np.all(counts == counts[0]):
-            sizes["fixed"] = int(self.indices.nbytes)
-        sizes["ragged"] = int(self.indices.nbytes) + n * index_dtype(self.dim + 1).itemsize
-        sizes["bitmap"] = n * ((self.dim + 7) // 8)
-        return sizes
+    def _row_widths(self) -> np.ndarray:
+        """Bytes of each ``"ragged"`` row."""
+        assert self.counts is not None
+        return -(-self.counts.astype(np.int64) * index_bits(self.dim) // 8)
+
+    def _row_offsets(self) -> np.ndarray:
+        """Where each ``"ragged"`` row starts in ``packed`` (n + 1 offsets)."""
+        return np.concatenate([[0], np.cumsum(self._row_widths())]).astype(np.int64)
+
+    def _layout_array(self) -> np.ndarray:
+        return np.array([LAYOUT_VERSION, index_bits(self.dim)], dtype=np.int32)
 
     # -- values and scoring ---------------------------------------------------------------------
 
     def to_csr(self) -> sp.csr_matrix:
-        """A float32 0/1 scipy CSR matrix of shape (n, dim)."""
-        data = np.ones(self.indices.shape[0], dtype=np.float32)
-        return sp.csr_matrix((data, self.indices.astype(np.int64), self.indptr), shape=(len(self), self.dim))
+        """A float32 0/1 scipy CSR matrix of shape (n, dim), unpacked a block of rows at a time."""
+        blocks = [sp.csr_matrix(block) for block in self._index_blocks()]
+        if not blocks:
+            return sp.csr_matrix((len(self), self.dim), dtype=np.float32)
+        matrix = sp.vstack(blocks, format="csr") if len(blocks) > 1 else blocks[0]
+        return sp.csr_matrix((np.ones(matrix.nnz, np.float32), matrix.indices, matrix.indptr), shape=(len(self), self.dim))
+
+    def _index_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(data, indices, indptr) of consecutive blocks of rows (scipy's CSR triple; data all ones)."""
+        if self.layout == "bitmap":
+            step = max(1, BLOCK_BITS // max(self.dim, 1))
+            for start in range(0, len(self), step):
+                rows, cols = np.nonzero(np.unpackbits(self.packed[start : start + step], axis=1, count=self.dim))
+                size = min(step, len(self) - start)
+                yield _csr_triple(cols, np.bincount(rows, minlength=size), self.dim)
+            return
+        for slots, keep in self._slot_blocks():
+            yield _csr_triple(slots[keep], keep.sum(axis=1), self.dim)
+
+    def _slot_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Unpacked slots (int64 (rows, slots)) of consecutive blocks of ``"packed"`` or ``"ragged"`` rows, with
+        which of them are indices (the rest: empty slots, or beyond a ragged row's count)."""
+        if self.counts is None:
+            step = max(1, BLOCK_BITS // (8 * max(self.packed.shape[1], 1)))
+            for start in range(0, len(self), step):
+                slots = unpack_slots(self.packed[start : start + step], self.dim)
+                yield slots, slots < self.dim
+            return
+        counts, widths, offsets = self.counts.astype(np.int64), self._row_widths(), self._row_offsets()
+        most = int(counts.max(initial=1)) or 1
+        step = max(1, BLOCK_BITS // (most * index_bits(self.dim)))
+        for start in range(0, len(self), step):
+            stop = min(start + step, len(self))
+            room = int(counts[start:stop].max(initial=1)) or 1
+            rows = np.zeros((stop - start, packed_width(room, self.dim)), np.uint8)
+            rows[np.arange(rows.shape[1]) < widths[start:stop, None]] = self.packed[offsets[start] : offsets[stop]]
+            yield unpack_slots(rows, self.dim, room), np.arange(room) < counts[start:stop, None]
 
     def to_dense(self) -> np.ndarray:
         return self.to_csr().toarray()
@@ -145,77 +291,247 @@ class BinarySparseCodes(Codes):
         assert isinstance(other, BinarySparseCodes)
         if metric not in self.metrics:
             raise ValueError(f"unknown metric {metric!r} for binary sparse codes; use one of {self.metrics}")
-        common = np.asarray((self.to_csr() @ other.to_csr().T).toarray(), dtype=np.float32)
+        mine, theirs = self.to_csr(), other.to_csr()
+        common = np.asarray((mine @ theirs.T).toarray(), dtype=np.float32)
         if metric == "dot":
             return common
-        norms = np.sqrt(np.outer(self.active_counts(), other.active_counts()).astype(np.float64))
+        norms = np.sqrt(np.outer(np.diff(mine.indptr), np.diff(theirs.indptr)).astype(np.float64))
         return np.where(norms > 0, common / np.maximum(norms, 1.0), 0.0).astype(np.float32)
 
     # -- saving ---------------------------------------------------------------------------------
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        layout = self.layout
-        if layout == "fixed":
-            return {"indices": self.indices.reshape(len(self), -1)}
-        if layout == "ragged":
-            return {"indices": self.indices, "counts": self.active_counts().astype(index_dtype(self.dim + 1))}
-        return {"bitmap": self._packed_bitmap()}
+        if self.layout == "bitmap":
+            return {"bitmap": self.packed, "layout": self._layout_array()}
+        if self.counts is None:
+            return {"packed": self.packed, "layout": self._layout_array()}
+        return {"packed": self.packed, "counts": self.counts, "layout": self._layout_array()}
 
-    def _packed_bitmap(self, block_rows: int = 65536) -> np.ndarray:
-        """(n, ceil(dim / 8)) uint8 bitmaps, built block by block (one bool block at a time, never floats)."""
-        out = np.empty((len(self), (self.dim + 7) // 8), dtype=np.uint8)
-        for start in range(0, len(self), block_rows):
-            stop = min(start + block_rows, len(self))
-            lo, hi = self.indptr[start], self.indptr[stop]
-            mask = np.zeros((stop - start, self.dim), dtype=bool)
-            rows = np.repeat(np.arange(stop - start), np.diff(self.indptr[start : stop + 1]))
-            mask[rows, self.indices[lo:hi]] = True
-            out[start:stop] = np.packbits(mask, axis=1)
-        return out
+    def row_columns(self) -> dict[str, RowColumn]:
+        """As ``to_arrays``; a ``"ragged"`` row's bytes are a variable-length run (its ``counts`` give its width)."""
+        if self.counts is None:
+            return super().row_columns()
+        return {"packed": RowColumn(self.packed, self._row_offsets()), "counts": RowColumn(self.counts)}
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], dim: int) -> BinarySparseCodes:
+        """Codes from ``to_arrays()`` output, or from the arrays of an earlier release (no ``layout``); every
+        index is checked (in range, sorted, distinct; empty slots only after a row's indices)."""
+        if "layout" not in arrays:
+            return cls._from_earlier_arrays(arrays, dim)
+        layout = np.asarray(arrays["layout"])
+        if layout.ndim != 1 or layout.size < 1 or layout.dtype.kind not in "iu":
+            raise ValueError(f"binary_sparse layout must be integers (version, index bits); got {layout!r}")
+        if int(layout[0]) != LAYOUT_VERSION:
+            raise ValueError(f"binary_sparse layout version {int(layout[0])}; this adaptemb reads version "
+                             f"{LAYOUT_VERSION} and the unversioned layouts of earlier releases (a newer adaptemb wrote it?)")
+        if layout.size != 2 or int(layout[1]) != index_bits(dim):
+            raise ValueError(f"binary_sparse layout {layout.tolist()} does not fit dim={dim}: expected "
+                             f"[{LAYOUT_VERSION}, {index_bits(dim)}] (version, index bits)")
+        codes = cls._held(dim, *_stored_form(arrays, dim))
+        codes._check_stored()
+        return codes
+
+    @classmethod
+    def _from_earlier_arrays(cls, arrays: dict[str, np.ndarray], dim: int) -> BinarySparseCodes:
+        """The layouts written before ``layout`` existed: ``bitmap``; ``indices`` (n, k); 1-D ``indices`` + ``counts``."""
         if "bitmap" in arrays:
-            packed = arrays["bitmap"]
-            if packed.dtype != np.uint8 or packed.ndim != 2 or packed.shape[1] != (dim + 7) // 8:
-                raise ValueError(f"bitmap must be uint8 of shape (n, {(dim + 7) // 8}); got {packed.dtype} {packed.shape}")
-            return cls.from_mask(np.unpackbits(packed, axis=1, count=dim).astype(bool))
-        indices = arrays["indices"]
+            codes = cls._held(dim, "bitmap", _bitmap_array(arrays["bitmap"], dim))
+            codes._check_stored()
+            return codes.as_layout(smallest_layout(codes.active_counts(), dim))
+        if "indices" not in arrays:
+            raise ValueError(f"binary_sparse codes hold 'packed' rows (with 'counts' when ragged) or a 'bitmap', "
+                             f"with a 'layout'; or, as written by earlier releases, 'indices' or 'bitmap'; got {sorted(arrays)}")
+        indices = np.asarray(arrays["indices"])
+        if indices.dtype.kind not in "iu":
+            raise ValueError(f"binary_sparse indices must be integers; got {indices.dtype}")
         if "counts" in arrays:
-            counts = arrays["counts"].astype(np.int64)
+            counts = np.asarray(arrays["counts"]).astype(np.int64)
             return cls(np.concatenate([[0], np.cumsum(counts)]), indices, dim)
         if indices.ndim != 2:
             raise ValueError(f"fixed-count indices must be 2-D (n, k); got shape {indices.shape}")
         return cls(np.arange(indices.shape[0] + 1, dtype=np.int64) * indices.shape[1], indices.reshape(-1), dim)
 
+    def _check_stored(self) -> None:
+        """``ValueError`` unless every row holds sorted, distinct indices below ``dim`` (empty slots after them)."""
+        if self.layout == "bitmap":
+            spare = (-self.dim) % 8
+            if spare and np.any(self.packed[:, -1] & np.uint8((1 << spare) - 1)):
+                raise ValueError(f"binary_sparse bitmap has bits set beyond dim={self.dim}")
+            return
+        for slots, keep in self._slot_blocks():
+            if np.any(slots[keep] >= self.dim) or np.any(slots > self.dim):
+                raise ValueError(f"binary_sparse index {int(slots.max())} is out of range for dim={self.dim}")
+            if np.any(keep[:, 1:] & ~keep[:, :-1]):
+                raise ValueError("binary_sparse packed rows hold an index after an empty slot")
+            if np.any((np.diff(slots, axis=1) <= 0) & keep[:, 1:]):
+                raise ValueError("binary_sparse indices must be strictly increasing within each row (sorted, no duplicates)")
+
     @classmethod
     def concat(cls, parts: Sequence[BinarySparseCodes]) -> BinarySparseCodes:
+        """The rows of ``parts`` in order: the storage joined as it is when every part has the same layout (and
+        width), else rebuilt in the smallest layout."""
+        first = parts[0]
         if len({p.dim for p in parts}) != 1:
             raise ValueError("cannot concatenate binary sparse codes of different dims")
+        same = {(p.layout, p.packed.shape[1:], None if p.counts is None else p.counts.dtype) for p in parts}
+        if len(same) == 1:
+            counts = None if first.counts is None else np.concatenate([p.counts for p in parts if p.counts is not None])
+            return cls._held(first.dim, first.layout, np.concatenate([p.packed for p in parts]), counts)
         return cls.from_csr(sp.vstack([p.to_csr() for p in parts]).tocsr())
+
+    # -- the storage form of an exported (ONNX) encoder -----------------------------------------
 
     @classmethod
     def onnx_graph(cls, outputs: dict[str, Any], dim: int) -> tuple[Any, ...]:
-        """Packed bits, from a head's ``bitmap`` or from its (n, k) ``indices`` (-1 in every slot of a row with
-        no active feature: an all-zero embedding)."""
+        """Packed bits, from a head's ``bitmap``, its ``packed`` rows (``pack_slots``) or its (n, k) ``indices``
+        (-1 in every slot of a row with no active feature: an all-zero embedding)."""
         if "bitmap" in outputs:
             return (outputs["bitmap"].to(torch.uint8),)
-        indices = outputs["indices"].long()
-        mask = torch.zeros(indices.shape[0], dim, dtype=torch.float32, device=indices.device)
-        return (pack_bits(mask.scatter(1, indices.clamp_min(0), (indices >= 0).float())),)
+        if "packed" in outputs:
+            slots = _graph_slots(outputs["packed"], dim)
+        else:
+            indices = outputs["indices"].long()
+            slots = torch.where(indices >= 0, indices, torch.full_like(indices, dim))
+        mask = torch.zeros(slots.shape[0], dim + 1, dtype=torch.float32, device=slots.device)
+        return (pack_bits(mask.scatter(1, slots.clamp(0, dim), 1.0)[:, :dim]),)
 
     def onnx_arrays(self, head_outputs: Sequence[str]) -> dict[str, np.ndarray]:
-        return {"bits": np.packbits(self.to_dense() > 0, axis=1)}
+        return {"bits": self.packed if self.layout == "bitmap" else self.as_layout("bitmap").packed}
 
-    def _check_sorted_unique(self) -> None:
-        if self.indices.size < 2:
-            return
-        steps = np.diff(self.indices.astype(np.int64))
-        row_starts = np.zeros(self.indices.size - 1, dtype=bool)
-        starts = self.indptr[1:-1]
-        row_starts[starts[(starts > 0) & (starts < self.indices.size)] - 1] = True
-        if np.any((steps <= 0) & ~row_starts):
-            raise ValueError("indices must be strictly increasing within each row (sorted, no duplicates)")
+    def parity_arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``packed`` rows (a fixed-k head's) as the ``bits`` they stand for; other arrays as they are."""
+        if "packed" not in arrays or np.asarray(arrays["packed"]).ndim != 2:
+            return dict(arrays)
+        rows = self._held(self.dim, "packed", np.ascontiguousarray(arrays["packed"], np.uint8))
+        return {"bits": rows.as_layout("bitmap").packed}
+
+
+# -- layouts ------------------------------------------------------------------------------------------
+
+
+def layout_nbytes(counts: np.ndarray, dim: int) -> dict[str, int]:
+    """Bytes each layout takes for rows of these ``counts`` over ``dim`` features."""
+    counts = np.asarray(counts, dtype=np.int64)
+    n, most = len(counts), int(counts.max(initial=0))
+    ragged = int((-(-counts * index_bits(dim) // 8)).sum()) + n * index_dtype(most + 1).itemsize
+    return {"packed": n * packed_width(most, dim), "ragged": ragged, "bitmap": n * ((dim + 7) // 8)}
+
+
+def smallest_layout(counts: np.ndarray, dim: int) -> str:
+    """The layout of fewest bytes for rows of these ``counts`` (ties: the first of ``LAYOUTS``)."""
+    sizes = layout_nbytes(counts, dim)
+    return min(LAYOUTS, key=sizes.__getitem__)
+
+
+def _row_slots(indptr: np.ndarray, indices: np.ndarray, room: int, fill: int) -> np.ndarray:
+    """(n, room) int64: each row's indices, then ``fill``."""
+    n = len(indptr) - 1
+    slots = np.full((n, room), fill, dtype=np.int64)
+    rows = np.repeat(np.arange(n), np.diff(indptr))
+    slots[rows, np.arange(len(indices)) - indptr[rows]] = indices
+    return slots
+
+
+def _row_blocks(indptr: np.ndarray, room: int, dim: int) -> Iterator[tuple[int, int]]:
+    step = max(1, BLOCK_BITS // (max(room, 1) * index_bits(dim)))
+    for start in range(0, len(indptr) - 1, step):
+        yield start, min(start + step, len(indptr) - 1)
+
+
+def _packed_rows(indptr: np.ndarray, indices: np.ndarray, dim: int, room: int) -> np.ndarray:
+    """``"packed"`` rows (``pack_slots``) with room for ``room`` indices each."""
+    out = np.empty((len(indptr) - 1, packed_width(room, dim)), np.uint8)
+    for start, stop in _row_blocks(indptr, room, dim):
+        part = indptr[start : stop + 1]
+        slots = _row_slots(part - part[0], indices[part[0] : part[-1]], max(room, 1), dim)
+        with torch.no_grad():
+            out[start:stop] = pack_slots(torch.from_numpy(slots), dim).numpy()
+    return out
+
+
+def _ragged_rows(indptr: np.ndarray, indices: np.ndarray, dim: int) -> np.ndarray:
+    """``"ragged"`` rows: each row's indices packed into its own whole bytes, rows one after another."""
+    counts = np.diff(indptr)
+    parts = []
+    for start, stop in _row_blocks(indptr, int(counts.max(initial=1)), dim):
+        part = indptr[start : stop + 1]
+        room = int(counts[start:stop].max(initial=1)) or 1
+        slots = _row_slots(part - part[0], indices[part[0] : part[-1]], room, 0)
+        with torch.no_grad():
+            rows = pack_fields([(torch.from_numpy(slots), index_bits(dim))]).numpy()
+        widths = -(-counts[start:stop] * index_bits(dim) // 8)
+        parts.append(rows[np.arange(rows.shape[1]) < widths[:, None]])
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+
+
+def _bitmap_rows(indptr: np.ndarray, indices: np.ndarray, dim: int) -> np.ndarray:
+    """(n, ceil(dim / 8)) uint8 bitmaps, built a block of rows at a time (one bool block, never floats)."""
+    out = np.empty((len(indptr) - 1, (dim + 7) // 8), dtype=np.uint8)
+    step = max(1, BLOCK_BITS // dim)
+    for start in range(0, len(out), step):
+        stop = min(start + step, len(out))
+        lo, hi = indptr[start], indptr[stop]
+        mask = np.zeros((stop - start, dim), dtype=bool)
+        mask[np.repeat(np.arange(stop - start), np.diff(indptr[start : stop + 1])), indices[lo:hi]] = True
+        out[start:stop] = np.packbits(mask, axis=1)
+    return out
+
+
+def _stored_form(arrays: dict[str, np.ndarray], dim: int) -> tuple[str, np.ndarray, np.ndarray | None]:
+    """(layout, packed, counts) of versioned arrays, their types and shapes checked (not their contents)."""
+    if "bitmap" in arrays:
+        return "bitmap", _bitmap_array(arrays["bitmap"], dim), None
+    if "packed" not in arrays:
+        raise ValueError(f"binary_sparse codes hold 'packed' rows (with 'counts' when ragged) or a 'bitmap'; got {sorted(arrays)}")
+    packed = np.asarray(arrays["packed"])
+    if packed.dtype != np.uint8:
+        raise ValueError(f"binary_sparse packed rows must be uint8; got {packed.dtype}")
+    if "counts" not in arrays:
+        if packed.ndim != 2 or packed.shape[1] < packed_width(1, dim):
+            raise ValueError(f"binary_sparse packed rows must be (n, w) with w >= {packed_width(1, dim)}; got {packed.shape}")
+        return "packed", packed, None
+    counts = np.asarray(arrays["counts"])
+    if counts.ndim != 1 or counts.dtype.kind != "u" or packed.ndim != 1:
+        raise ValueError(f"ragged binary_sparse codes need 1-D unsigned counts and 1-D packed bytes; got counts "
+                         f"{counts.dtype} {counts.shape}, packed {packed.shape}")
+    expected = int((-(-counts.astype(np.int64) * index_bits(dim) // 8)).sum())
+    if packed.size != expected:
+        raise ValueError(f"ragged binary_sparse codes of these counts take {expected} bytes; got {packed.size}")
+    return "ragged", packed, counts
+
+
+def _bitmap_array(bitmap: np.ndarray, dim: int) -> np.ndarray:
+    bitmap = np.asarray(bitmap)
+    if bitmap.dtype != np.uint8 or bitmap.ndim != 2 or bitmap.shape[1] != (dim + 7) // 8:
+        raise ValueError(f"bitmap must be uint8 of shape (n, {(dim + 7) // 8}); got {bitmap.dtype} {bitmap.shape}")
+    return bitmap
+
+
+def _csr_triple(indices: np.ndarray, counts: np.ndarray, dim: int) -> sp.csr_matrix:
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return sp.csr_matrix((np.ones(len(indices), np.float32), indices.astype(np.int64), indptr), shape=(len(counts), dim))
+
+
+def _graph_slots(packed: torch.Tensor, dim: int) -> torch.Tensor:
+    """Inside an exported graph: the slots (n, ⌊8 w / index_bits⌋) int64 of (n, w) ``"packed"`` rows."""
+    bits = index_bits(dim)
+    count = 8 * int(packed.shape[1]) // bits
+    bytes_first = 2 ** torch.arange(7, -1, -1, device=packed.device)
+    stream = torch.remainder(torch.div(packed.long().unsqueeze(-1), bytes_first, rounding_mode="floor"), 2).flatten(1)
+    fields = stream[:, : count * bits].reshape(-1, count, bits)
+    return (fields * 2 ** torch.arange(bits - 1, -1, -1, device=packed.device)).sum(dim=2)
+
+
+def _check_sorted_unique(indptr: np.ndarray, indices: np.ndarray) -> None:
+    if indices.size < 2:
+        return
+    steps = np.diff(indices.astype(np.int64))
+    row_starts = np.zeros(indices.size - 1, dtype=bool)
+    starts = indptr[1:-1]
+    row_starts[starts[(starts > 0) & (starts < indices.size)] - 1] = True
+    if np.any((steps <= 0) & ~row_starts):
+        raise ValueError("indices must be strictly increasing within each row (sorted, no duplicates)")
 
 
 def _lgamma(x: np.ndarray | float) -> np.ndarray:
