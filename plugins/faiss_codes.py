@@ -260,14 +260,18 @@ class FaissCodesIndex(Index):
 class FaissCompressor(Compressor):
     """Base of the faiss-backed methods: float queries scored asymmetrically against faiss codes.
 
-    Subclasses set ``codes_class`` and ``doc_kind`` and implement ``_fit``, ``_budgets``, ``_state``,
-    ``_set_state`` and ``tables(k)`` (the codes' tables at budget ``k``).
+    Subclasses set ``codes_class`` (whose ``kind`` is the ``doc_kind``) and implement ``_fit``, ``_budgets``,
+    ``_state``, ``_set_state`` and ``tables(k)`` (the codes' tables at budget ``k``).
     """
 
     codes_class: ClassVar[type[FaissCodes]]
     query_kind = "dense"  # type: ignore[assignment]  # float queries; the class attribute overrides the property
     symmetric = False  # queries stay float, scored by faiss' asymmetric distance
     decodes = True
+
+    @property
+    def doc_kind(self) -> str:  # type: ignore[override]  # the codes class's
+        return self.codes_class.kind
 
     def __init__(self, config: Any = None, **params: Any) -> None:
         super().__init__(config, **params)

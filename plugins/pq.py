@@ -101,7 +101,6 @@ class PQCompressor(FaissCompressor):
     role = "quantizer"  # opq inherits it
     Config = PQConfig
     budget_help = "sub-quantisers M (= bytes per vector at nbits 8), a divisor of d; fixed per fit (config k)"
-    doc_kind = "pq"
     codes_class = PQCodes
     test_params: ClassVar[dict[str, Any]] = {"nbits": 4, "k": 8}
     config: PQConfig

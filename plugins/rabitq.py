@@ -15,7 +15,7 @@ default: no miss on those queries at 2, 3 or 4 bits) and returns the best ``top_
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import faiss
 import numpy as np
@@ -104,9 +104,7 @@ class RaBitQCompressor(FaissCompressor):
     role, bench_partner = "quantizer", "always"
     Config = RaBitQConfig
     budget_help = f"bits per dimension, 1..{MAX_BITS} (d / 8 + 8 bytes per vector at 1 bit); one fit serves all"
-    doc_kind = "rabitq"
     codes_class = RaBitQCodes
-    test_params: ClassVar[dict[str, Any]] = {}
     config: RaBitQConfig
 
     def factory_string(self) -> str:

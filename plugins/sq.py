@@ -8,7 +8,7 @@ codes (asymmetric inner product).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import faiss
 import numpy as np
@@ -57,9 +57,7 @@ class SQCompressor(FaissCompressor):
     role = "quantizer"
     Config = SQConfig
     budget_help = "bits per dimension: 4, 6 or 8 (d / 2, 3 d / 4 or d bytes per vector); one fit serves all"
-    doc_kind = "sq"
     codes_class = SQCodes
-    test_params: ClassVar[dict[str, Any]] = {}
     config: SQConfig
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:

@@ -19,7 +19,7 @@ default data 0.149 / 0.187 against 0.117 / 0.167 at 16 / 32 B (and 0.199 at 48 B
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import faiss
 import numpy as np
@@ -158,9 +158,7 @@ class TQCompressor(FaissCompressor):
     name = "tq"
     Config = TQConfig
     budget_help = "bytes per vector B (8 B / bits dims kept, up to d * bits / 8: the full dimension); one fit serves all"
-    doc_kind = "tq"
     codes_class = TQCodes
-    test_params: ClassVar[dict[str, Any]] = {}
     config: TQConfig
 
     def __init__(self, config: Any = None, **params: Any) -> None:
