@@ -37,7 +37,8 @@ from adaptemb.datasets import load_dataset
 from adaptemb.evaluate.machine import machine_info
 
 sys.path.insert(0, str(Path(__file__).parent))
-from records import append_record  # sibling benchmark modules (benchmarks/ is on sys.path)
+from arguments import integers  # sibling benchmark modules (benchmarks/ is on sys.path)
+from records import append_record
 from standin768 import definitions_768
 
 HELD_OUT = 3000
@@ -80,7 +81,7 @@ def run(rows: np.ndarray, n: int, overrides: dict[str, object], seed: int) -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default="wordnet-384", help="wordnet-384, wordnet-768 or an (n, d) .npy path")
-    parser.add_argument("--rows", default="5000,15000", help="comma-separated fit sizes")
+    parser.add_argument("--rows", type=integers, default="5000,15000", help="comma-separated fit sizes")
     parser.add_argument("-p", "--param", action="append", default=[], help="BSA config override NAME=VALUE (value read as JSON when it parses)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
@@ -90,7 +91,7 @@ def main() -> None:
     if {"h", "k"} & overrides.keys():
         raise SystemExit("h and k are fixed by the bar (h = 8 d, k = 64); -p overrides any other BSA parameter")
     label = Path(args.data).stem if args.data.endswith(".npy") else args.data
-    for n in (int(size) for size in args.rows.split(",")):
+    for n in args.rows:
         machine = machine_info()
         record = {**run(rows, n, overrides, args.seed), "data": label, "machine": machine}
         append_record(args.out / f"bsa_bar_{label}.json", record)

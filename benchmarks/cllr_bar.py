@@ -48,7 +48,8 @@ from adaptemb.evaluate import machine_info, ndcg_at_k
 from adaptemb.ranking import exact_top_k
 
 sys.path.insert(0, str(Path(__file__).parent))
-from records import append_record  # sibling benchmark modules (benchmarks/ is on sys.path)
+from arguments import integers  # sibling benchmark modules (benchmarks/ is on sys.path)
+from records import append_record
 from standin768 import wordnet_examples_768, wordnet_titled
 
 CORPUS_ROWS, TRAIN_QUERIES, TEST_QUERIES = 5000, 500, 500
@@ -161,13 +162,14 @@ def baseline_rows(split: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default="wordnet-768", help="wordnet-768, wordnet-384, default or a dataset path")
-    parser.add_argument("--splits", default="2,3", help="comma-separated split seeds")
+    parser.add_argument("--splits", type=integers, default="2,3", help="comma-separated split seeds")
     parser.add_argument("--threads", type=int, default=None, help="fix adaptemb's threads (default: its choice)")
     parser.add_argument("-p", "--param", action="append", default=[], help="cllr override NAME=VALUE")
     parser.add_argument("--sweep", action="store_true", help="run the recorded sweep grid (pairs and views; no int8)")
     parser.add_argument("--sweep-nesting", action="store_true", help="run the prefix-nesting grid (pairs and views)")
     parser.add_argument("--sweep-stopping", action="store_true", help="run the early-stopping grid (pairs and views)")
-    parser.add_argument("--entries", default=None, help="comma-separated positions in the sweep grid to run (default all)")
+    parser.add_argument("--entries", type=integers, default=None,
+                        help="comma-separated positions in the sweep grid to run (default all)")
     parser.add_argument("--no-int8", action="store_true", help="skip the int8 variant")
     parser.add_argument("--extra-pairs", type=int, default=0, help="train on this many more pairs (other queries)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
@@ -178,8 +180,8 @@ def main() -> None:
     sweep = "nesting" if args.sweep_nesting else "stopping" if args.sweep_stopping else args.sweep
     grid = {"nesting": NESTING_SWEEP, "stopping": STOPPING_SWEEP, True: SWEEP}.get(sweep, [adaptemb.parse_params(args.param)])
     if args.entries:
-        grid = [grid[int(i)] for i in args.entries.split(",")]
-    for seed in (int(s) for s in args.splits.split(",")):
+        grid = [grid[i] for i in args.entries]
+    for seed in args.splits:
         split = bar_split(data, seed, args.extra_pairs)
         baselines = baseline_rows(split)
         for overrides in grid:

@@ -27,7 +27,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from records import write_record  # a sibling benchmark module
+from arguments import integers  # sibling benchmark modules
+from records import write_record
 
 from adaptemb import resolve_device
 from adaptemb.codes import Codes, SparseCodes
@@ -98,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="auto")
     p.add_argument("--n", type=int, default=1_000_000, help="database rows (the paper: 1.3M)")
     p.add_argument("--batch", type=int, default=512)
-    p.add_argument("--active", default="16,32,64", help="active dims a (dense dim = sparse k)")
-    p.add_argument("--h", default="1536,4096,16384", help="sparse code sizes h")
+    p.add_argument("--active", type=integers, default="16,32,64", help="active dims a (dense dim = sparse k)")
+    p.add_argument("--h", type=integers, default="1536,4096,16384", help="sparse code sizes h")
     p.add_argument("--warmup", type=int, default=None, help="default: 20 on CUDA, 1 on CPU (the paper: 100)")
     p.add_argument("--rounds", type=int, default=None, help="default: 100 on CUDA, 3 on CPU (the paper: 2000)")
     p.add_argument("--top-k", type=int, default=10)
@@ -115,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {device_name}; {describe(machine)}; n={args.n:,}, batch {args.batch}, "
           f"warmup {args.warmup}, rounds {args.rounds}", flush=True)
     rows = []
-    for a in (int(x) for x in args.active.split(",")):
+    for a in args.active:
         rows += _measure("dense", a, None, args, device)
-        for h in (int(x) for x in args.h.split(",")):
+        for h in args.h:
             rows += _measure("sparse", a, h, args, device)
     record = {"benchmark": "latency_protocol", "device": device, "device_name": device_name, "n": args.n,
               "batch": args.batch, "warmup": args.warmup, "rounds": args.rounds, "rows": rows, "machine": machine,

@@ -39,7 +39,8 @@ from adaptemb.evaluate.machine import machine_info
 from adaptemb.evaluate.runner import BenchConfig, run_bench
 
 sys.path.insert(0, str(Path(__file__).parent))
-from records import append_record  # sibling benchmark modules (benchmarks/ is on sys.path)
+from arguments import integers  # sibling benchmark modules (benchmarks/ is on sys.path)
+from records import append_record
 
 BEFORE = {"opq_rows_per_centroid": None, "opq_first_pq_iterations": 40, "train_iterations": 4}
 """opq's training before this benchmark's change: the rotation on every row (8,000 here; faiss' own cap is
@@ -104,15 +105,14 @@ def summarise(variants: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default="default")
-    parser.add_argument("--bytes", default="16,32,64,128")
-    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--bytes", type=integers, default="16,32,64,128")
+    parser.add_argument("--seeds", type=integers, default="0,1,2")
     parser.add_argument("--docs", type=int, default=10_000, help="documents of the 768-d subset")
     parser.add_argument("--variant", action="append", default=[], help="NAME=JSON opq parameters (repeatable)")
     parser.add_argument("--skip-before", action="store_true", help="leave out the 'before' variant")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "opq_fit_speed.json")
     args = parser.parse_args()
-    budgets = [int(b) for b in args.bytes.split(",")]
-    seeds = [int(s) for s in args.seeds.split(",")]
+    budgets, seeds = args.bytes, args.seeds
     plan: dict[str, dict[str, Any]] = {} if args.skip_before else {"before": dict(BEFORE)}
     for item in args.variant:
         name, _, params = item.partition("=")

@@ -25,7 +25,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from records import write_record  # a sibling benchmark module
+from arguments import integers  # sibling benchmark modules
+from records import write_record
 
 from adaptemb import resolve_device
 from adaptemb.codes import SparseCodes
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     p.add_argument("--codes", choices=["random", "projected"], default="random")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dense-threads", type=lambda t: [int(x) for x in t.split(",")], default=None,
+    p.add_argument("--dense-threads", type=integers, default=None,
                    help="faiss OpenMP thread counts to time dense with (default: all cores, and 1)")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/...)")
     args = p.parse_args(argv)

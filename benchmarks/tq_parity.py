@@ -43,7 +43,8 @@ from adaptemb.evaluate.metrics import evaluate_ranking
 from adaptemb.evaluate.runner import BenchConfig, run_bench
 
 sys.path.insert(0, str(Path(__file__).parent))
-from faiss_parity import subset  # sibling benchmark modules (benchmarks/ is on sys.path)
+from arguments import integers  # sibling benchmark modules (benchmarks/ is on sys.path)
+from faiss_parity import subset
 from records import append_record
 from standin768 import wordnet_examples_768
 
@@ -101,15 +102,14 @@ def parity_rows(data: Dataset, bits: int, byte_budgets: list[int]) -> list[dict[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--bytes", default="8,16,32,64")
-    parser.add_argument("--bits", default="1,2")
+    parser.add_argument("--bytes", type=integers, default="8,16,32,64")
+    parser.add_argument("--bits", type=integers, default="1,2")
     parser.add_argument("--data", default="default,wordnet-768")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "tq_parity.json")
     args = parser.parse_args()
-    byte_budgets = [int(b) for b in args.bytes.split(",")]
     for name in args.data.split(","):
         data = load(name)
-        rows = [row for bits in map(int, args.bits.split(",")) for row in parity_rows(data, bits, byte_budgets)]
+        rows = [row for bits in args.bits for row in parity_rows(data, bits, args.bytes)]
         append_record(args.out, {
             "benchmark": "tq_parity", "dataset": data.name, "docs": len(data.corpus), "queries": len(data.queries),
             "dim": data.dim, "faiss_version": faiss.__version__, "rows": rows,
