@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import types
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,10 @@ from adaptemb.registry import CompressorRegistry
 LONG = "acme_hierarchical_supersparse_adapter"  # a third-party method with a long name
 MACHINE = {"cpu": "AMD EPYC 7B13 64-Core Processor", "cpu_cores_usable": 2, "gpu": None, "load_average": [1.0, 1.0, 1.0],
            "versions": {"torch": "2.14.1+cu130", "faiss": "1.15.1"}}
+
+
+VALUE_BITS = {"csr": {4: 16, 8: 8, 16: 2, 32: 1}, "bsa": {4: 1, 8: 1, 16: 1, 32: 1}}
+"""What the codes of csr and bsa declare (``Codes.value_bits``); other methods' codes declare none."""
 
 
 def _row(method: str, k: int | None, nbytes: float, ndcg: float, *, variant: str = "codes", fit_s: float = 12.5,
@@ -54,6 +59,7 @@ def realistic_result() -> BenchResult:
     for i, method in enumerate(["bsa", "cllr", "csr", "mrl", "opq", "pq", "svd", LONG]):
         for j, (k, nbytes) in enumerate([(4, 16.0), (8, 32.0), (16, 64.0), (32, 128.0)]):
             rows.append(_row(method, k, nbytes, 0.10 + 0.01 * i + 0.02 * j, fit_s=155.81 if method == "opq" else 9.74))
+            rows[-1]["value_bits"] = VALUE_BITS.get(method, {}).get(k)
         rows.append(_row(method, 4, 1600.0, 0.21, variant="rerank-float32"))
         rows.append(_row(method, 4, 400.0, 0.209, variant="rerank-int8"))
     rows += [_row("int8", None, 384.0, 0.2164), _row("binary", None, 48.0, 0.1827), _row("sq", 4, 192.0, 0.2154),
@@ -86,13 +92,32 @@ def test_compact_tables_fit_100_columns_without_truncating() -> None:
     assert any(LONG in line for line in lines)  # a long method name is shown whole
     assert "ms/query" in text and "fit s" in text and "MRR@10" not in text  # compact columns
     assert any(f"{LONG} + rerank-float32" in line or (LONG in line and "rerank" in nxt)
-               for line, nxt in zip(lines, lines[1:]))
+               for line, nxt in itertools.pairwise(lines))
     assert "recommendation at 200,000 rows (the scale study's rows)" in " ".join(text.split())
     for entry in result.recommendation:  # every verdict label is printed in full
         if entry["best"] is not None:
             assert entry["best"]["label"] in text and entry["fastest"]["label"] in text
     assert "nothing fits" in text
     assert "95% CI [" in text and "within noise:" in text  # the margin's interval and the pick
+
+
+def test_tables_and_report_show_the_chosen_k_and_value_bits(tmp_path: Path) -> None:
+    """csr and bsa rows read ``k·bits`` in the k column (8·8b: 8 active at 8-bit values; 4·1b: bsa's 4 binary features); rows whose
+    codes declare no value bits show k alone, fixed-size methods ``fixed``; compact, wide and Markdown alike."""
+    result = realistic_result()
+    compact = _printed(result)
+    lines = compact.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    main_table = lines[: next(i for i, line in enumerate(lines) if line.startswith("└"))]
+    cells = {(line.split("│")[1].strip(), line.split("│")[2].strip()) for line in main_table if line.startswith("│")}
+    for expected in [("csr", "4·16b"), ("csr", "8·8b"), ("csr", "16·2b"), ("csr", "32·1b"), ("bsa", "16·1b"),
+                     ("svd", "16"), ("int8", "fixed"), ("float32", "—")]:
+        assert expected in cells, expected
+    assert "·" not in "".join(budget for method, budget in cells if method not in ("csr", "bsa"))
+    wide = _printed(result, width=260, wide=True)
+    assert "32·1b" in wide and "4·16b" in wide
+    markdown = report.markdown_table(result.rows)
+    assert "| csr | 8·8b | codes |" in markdown and "| bsa | 32·1b | codes |" in markdown and "| svd | 8 | codes |" in markdown
 
 
 def test_wide_mode_has_every_column_and_folds_rather_than_truncates() -> None:
@@ -178,3 +203,39 @@ def test_palette_follows_the_sorted_registry_third_party_included(fresh_plugins:
     assert [colours[n] for n in names] == [PALETTE[i % len(PALETTE)] for i in range(len(names))]
     assert not set(colours.values()) & set(REFERENCE_COLOURS.values())  # references stay apart
     assert method_colour("not-installed") == method_colour("not-installed") in PALETTE  # a stable fallback
+
+
+def test_bench_rows_carry_the_value_bits_their_codes_declare() -> None:
+    """A real run at byte budgets: csr's and bsa's rows hold the bits per value of their codes (bsa 1; csr what its
+    packed codes declare, with which k indices and values fill the row's bytes exactly), the table shows them."""
+    from adaptemb.datasets import Dataset
+    from adaptemb.evaluate.runner import BenchConfig, run_bench
+
+    rng = np.random.default_rng(0)
+    corpus = rng.standard_normal((400, 32)).astype(np.float32)
+    gold = rng.choice(400, 40, replace=False)
+    data = Dataset.from_gold("toy", corpus, corpus[gold] + 0.1 * rng.standard_normal((40, 32)).astype(np.float32), gold)
+    params = {"csr": {"hidden": 64, "k": 4, "epochs": 2, "batch_size": 64, "k_aux": 16},
+              "bsa": {"h": 64, "k": 8, "epochs": 2, "batch_size": 64}}
+    config = BenchConfig(methods=["bsa", "csr", "svd"], bytes=[16, 32], device="cpu", rounds=1, warmup=0, batch_size=16,
+                         fit_progress=False, method_params=params)
+    result = run_bench(data, config)
+    rows = [r for r in result.rows if r["variant"] == "codes" and r["method"] != "float32"]
+    index_bits = 7  # ceil(log2(64 + 1)): an index of h = 64 (bsa) or hidden = 64 (csr)
+    for row in rows:
+        if row["method"] == "bsa":
+            # packed rows, or the 8-byte bitmap of h = 64 where k indices would take more
+            assert row["value_bits"] == 1 and row["bytes_per_vector"] == min(-(-row["k"] * index_bits // 8), 8)
+        elif row["method"] == "csr":
+            assert row["value_bits"] in (1, 2, 3, 4, 8, 16)
+            assert row["bytes_per_vector"] == -(-row["k"] * (index_bits + row["value_bits"]) // 8)
+        else:
+            assert row["value_bits"] is None
+    assert {r["method"] for r in rows} == {"bsa", "csr", "svd"}
+    console = Console(width=100, record=True)
+    report.print_table(result, console)
+    text = console.export_text()
+    for row in rows:
+        cell = f"{row['k']}·{row['value_bits']}b" if row["value_bits"] else f"{row['k']}"
+        assert any(line.split("│")[1].strip() == row["method"] and line.split("│")[2].strip() == cell
+                   for line in text.splitlines() if line.startswith("│")), cell

@@ -63,6 +63,9 @@ class Codes(ABC):
 
     dim: int
     """Dimension of the code space (d for dense prefixes, h for sparse codes)."""
+    value_bits: int | None = None
+    """Bits each active dimension's value is stored in, where the kind says (for tables: ``adaptemb bench`` shows
+    ``k·bits``): 1 for binary sparse codes, a packed sparse code's value bits; None: not declared."""
 
     @abstractmethod
     def __len__(self) -> int: ...

@@ -81,6 +81,7 @@ class BinarySparseCodes(Codes):
     shared_arrays = ("layout",)
     onnx_outputs = ("bits",)
     vector_form = "sparse"
+    value_bits = 1
     layouts: ClassVar[tuple[str, ...]] = LAYOUTS
     index_bits = staticmethod(index_bits)
     packed_width = staticmethod(packed_width)

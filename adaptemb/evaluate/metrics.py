@@ -22,7 +22,9 @@ import scipy.sparse as sp
 
 Row = dict[str, Any]
 """One bench result row, flat and JSON-ready (method, k, variant, metrics, sizes, timings): a line of results.json's
-``rows`` / ``scale`` and of results.csv, and the unit the recommendation and the report read."""
+``rows`` / ``scale`` and of results.csv, and the unit the recommendation and the report read. A codes row holds
+the chosen budget ``k``, the codes' ``bytes_per_vector`` and ``value_bits`` (``Codes.value_bits``: bits per stored
+value, None where the kind does not declare them), which the tables show as ``k·bits`` (e.g. ``8·2b``)."""
 
 
 def _gains(ranked_ids: np.ndarray, qrels: sp.csr_matrix, k: int) -> np.ndarray:

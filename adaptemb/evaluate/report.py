@@ -3,7 +3,9 @@
 The terminal tables have a compact default that fits a 100-column terminal without truncating a cell
 (``print_table(result, console)``: method, k, bytes/vec, NDCG@10, R@10, ms/query, fit s; the recommendation two
 lines per byte budget) and a wide mode with every column (``print_table(result, console, wide=True)``). Cells
-never end in rich's ellipsis: a cell too long for its column folds onto another line. Every plot colours a
+never end in rich's ellipsis: a cell too long for its column folds onto another line. The ``k`` column is the
+row's budget k and, where its codes declare them (``Codes.value_bits``), the bits of each stored value: ``8·2b`` is
+csr at 8 active latents of 2-bit values, ``10·1b`` bsa at 10 active features (binary). Every plot colours a
 method the same way (``adaptemb.evaluate.colours.method_colour``).
 """
 
@@ -32,6 +34,7 @@ _COLUMN_SPECS: dict[str, tuple[str, str, str]] = {key: (title, key, fmt) for tit
     ("method", "method", "{}"),
     ("method", "_label", "{}"),  # the method with its rerank variant joined
     ("k", "k", "{}"),
+    ("k", "_k_bits", "{}"),  # the budget k and, where the codes declare them, the bits per value: 8·2b
     ("variant", "variant", "{}"),
     ("backend", "backend", "{}"),
     ("active", "active_dims", "{:.0f}"),
@@ -60,16 +63,16 @@ def _columns(keys: str) -> list[tuple[str, str, str]]:
     return [_COLUMN_SPECS[key] for key in keys.split()]
 
 
-COLUMNS = _columns("method k variant active_dims ndcg_at_10 recall_at_10 recall_at_100 mrr_at_10 "
+COLUMNS = _columns("method _k_bits variant active_dims ndcg_at_10 recall_at_10 recall_at_100 mrr_at_10 "
                    "neighbour_recall_at_10 one_nn_accuracy bytes_per_vector compression_ratio latency_per_query_ms "
                    "_spread fit_s")
 """The main table's columns (``print_table(..., wide=True)`` and the Markdown report)."""
-SCALE_COLUMNS = _columns("method k backend bytes_per_vector ndcg_at_10 recall_at_10 neighbour_recall_at_10 "
+SCALE_COLUMNS = _columns("method _k_bits backend bytes_per_vector ndcg_at_10 recall_at_10 neighbour_recall_at_10 "
                          "latency_per_query_ms speedup_vs_flat encode_s index_build_s index_mb peak_memory_mb _score_check")
 """The scale study's columns (``adaptemb bench --scale N``)."""
-COMPACT_COLUMNS = _columns("_label k bytes_per_vector ndcg_at_10 recall_at_10 latency_per_query_ms fit_s")
+COMPACT_COLUMNS = _columns("_label _k_bits bytes_per_vector ndcg_at_10 recall_at_10 latency_per_query_ms fit_s")
 """The terminal table's default columns (``print_table(..., wide=False)``); rerank variants join the method."""
-COMPACT_SCALE_COLUMNS = _columns("method k bytes_per_vector ndcg_at_10 recall_at_10 neighbour_recall_at_10 "
+COMPACT_SCALE_COLUMNS = _columns("method _k_bits bytes_per_vector ndcg_at_10 recall_at_10 neighbour_recall_at_10 "
                                  "latency_per_query_ms speedup_vs_flat index_build_s")
 """The scale table's default columns in the terminal."""
 _LEFT = ("method", "_label", "variant", "backend")
@@ -143,6 +146,9 @@ def _cell(row: Row, key: str, fmt: str) -> str:
         return row["method"] if variant in ("codes", "reference", "scale") else f"{row['method']} + {variant}"
     if key == "_spread":
         return f"{row['latency_p10_s']:.4f}–{row['latency_p90_s']:.4f}"
+    if key == "_k_bits":
+        budget = _cell(row, "k", "{}")
+        return budget if row.get("k") is None or row.get("value_bits") is None else f"{budget}·{row['value_bits']}b"
     if key == "_score_check":
         check = row.get("score_check")
         return "—" if not check else f"{check['identical_top_10']:.1%} of {check['queries']}"

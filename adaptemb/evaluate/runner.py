@@ -19,6 +19,7 @@ The corpus-size verdict is kept as ``corpus_recommendation``, and a note names e
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -105,14 +106,13 @@ def method_sizes(fitted: dict[str, Compressor], budgets: list[int], sample: np.n
         budgets_ = compressor.budgets()
         fixed = budgets_.fixed and "k" not in type(compressor).Config.model_fields
         size = MethodSizes(fixed=fixed)
-        try:
+        # only an explanation of a budget: never fail a finished run for it
+        with contextlib.suppress(Exception):
             if fixed or not budgets_.per_fit:  # a per-fit method's smallest code would need another fit
                 size.smallest_k = None if fixed else budgets_.options()[0]
                 size.smallest_bytes = float(compressor.encode(sample, k=size.smallest_k).bytes_per_vector)
             if not fixed:
                 size.fits = {b: compressor.budget_for_bytes(b, sample) for b in budgets}
-        except Exception:  # noqa: BLE001 - only an explanation of a budget; never fail a finished run for it
-            pass
         out[name] = size
     return out
 
@@ -313,7 +313,8 @@ def _bench_budget(compressor: Compressor, k: int | None, fit_s: float, ctx: RunC
     if ctx.loo_rows is not None:
         loo = ctx.corpus[ctx.loo_rows] if index.second_stage is not None else index.encode_queries(ctx.corpus[ctx.loo_rows])
     base = {
-        "method": compressor.name, "k": k, "fit_s": fit_s, "encode_vectors_per_s": len(ctx.corpus) / max(encode_s, 1e-9),
+        "method": compressor.name, "k": k, "value_bits": doc_codes.value_bits,  # the code's k and bits per value
+        "fit_s": fit_s, "encode_vectors_per_s": len(ctx.corpus) / max(encode_s, 1e-9),
         "index_build_s": build_s, "fit_report": _jsonable(compressor.fit_report),
     }
     rows = [{**base, "variant": "codes", **_measure(ctx, index, query_codes, ids, doc_codes, loo), "note": ""}]
