@@ -5,8 +5,8 @@
 ``.npz``), encodes ``batch_rows`` rows at a time and writes one parquet file per ``shard_rows`` rows,
 atomically, plus ``manifest.json``. Memory stays at a few batches whatever the input size (a compressed
 ``.npz`` member is the exception: it is decompressed whole). Re-running the same job skips the shards
-already written (checked against the manifest of the job: inputs, compressor, budget, side), so a killed
-job resumes where it stopped and gives identical output.
+already written (checked against the manifest of the job: inputs, compressor, budget ``k`` or ``bytes``, side),
+so a killed job resumes where it stopped and gives identical output.
 
 Shard layout (one parquet file per shard): ``id`` (int64 row number across all inputs) and the row columns
 the code kind gives (``Codes.row_columns()``; by default one per per-row array of ``Codes.to_arrays()``):
@@ -66,6 +66,8 @@ class EncodeJob:
     inputs: list[dict[str, Any]]
     rows: int
     shard_rows: int
+    bytes: float | None = None
+    """The byte budget the job was given (``k`` is then the budget it picked); None: ``k`` was given."""
     kind: str = ""
     dim: int = 0
     shards: list[Shard] = field(default_factory=list)
@@ -73,18 +75,24 @@ class EncodeJob:
     complete: bool = False
 
     def identity(self) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in ("method", "compressor_sha256", "k", "side", "inputs", "rows", "shard_rows")}
+        return {key: getattr(self, key) for key in IDENTITY}
+
+
+IDENTITY = ("method", "compressor_sha256", "k", "bytes", "side", "inputs", "rows", "shard_rows")
+"""The fields of an ``EncodeJob`` that two runs of one job share."""
 
 
 @dataclass(frozen=True)
 class EncodeResult:
-    """What ``encode_files`` did: rows encoded in this run, shards written and skipped, seconds."""
+    """What ``encode_files`` did: rows encoded in this run, shards written and skipped, seconds, and the budget
+    ``k`` the codes have (None: the method's default)."""
 
     out: Path
     rows: int
     shards_written: int
     shards_skipped: int
     seconds: float
+    k: int | None = None
 
     @property
     def rows_per_second(self) -> float:
@@ -97,6 +105,7 @@ def encode_files(
     out: str | Path,
     *,
     k: int | None = None,
+    bytes: float | None = None,
     side: Literal["doc", "query"] = "doc",
     key: str | None = None,
     shard_rows: int = 262_144,
@@ -108,7 +117,9 @@ def encode_files(
     """Encode the rows of ``inputs`` (files, in order) into parquet shards under ``out``; resume a killed run.
 
     ``compressor`` is a fitted compressor or the path of a saved one; ``side="query"`` writes
-    ``encode_queries`` codes. Memory is bounded by ``batch_rows`` rows of input plus their codes.
+    ``encode_queries`` codes. ``bytes``: instead of ``k``, a byte budget per vector, resolved once to the budget
+    ``compressor.encode(x, bytes=bytes)`` uses (recorded in the manifest: a resumed run must give the same;
+    ``EncodeResult.k`` is the budget picked). Memory is bounded by ``batch_rows`` rows of input plus their codes.
     ``engine="ray"`` encodes the shards on a Ray cluster (``ray_address``; default: a local Ray started
     here) through Ray Data actors that each hold the compressor once; the shards are the same files.
     """
@@ -120,13 +131,15 @@ def encode_files(
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
     model = load(compressor) if isinstance(compressor, (str, Path)) else compressor
+    if bytes is not None:
+        k = model._budget_within_bytes(bytes, k)  # encode(x, bytes=) resolves it this way: the same codes
     model.budgets().resolve(k, model.name)
     paths = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
     if not paths:
         raise ValueError("no input files given")
     sources = [open_rows(p, key) for p in paths]
     _check_widths(sources, model)
-    job = _plan(sources, model, k, side, shard_rows)
+    job = _plan(sources, model, k, bytes, side, shard_rows)
     target = Path(out)
     target.mkdir(parents=True, exist_ok=True)
     job = _resume(target, job)
@@ -141,7 +154,8 @@ def _check_widths(sources: list[RowSource], model: Compressor) -> None:
             raise ValueError(f"{source.path.name} holds rows of shape {source.shape[1:]}; the compressor was fitted on dimension {model.dim}")
 
 
-def _plan(sources: list[RowSource], model: Compressor, k: int | None, side: str, shard_rows: int) -> EncodeJob:
+def _plan(sources: list[RowSource], model: Compressor, k: int | None, nbytes: float | None, side: str,
+          shard_rows: int) -> EncodeJob:
     state = hashlib.sha256()
     for name, tensor in sorted(model.state_tensors().items()):
         state.update(name.encode() + tensor.numpy().tobytes())
@@ -149,7 +163,7 @@ def _plan(sources: list[RowSource], model: Compressor, k: int | None, side: str,
     inputs = [{"path": str(s.path.resolve()), "rows": len(s), "bytes": s.path.stat().st_size,
                "mtime_ns": s.path.stat().st_mtime_ns} for s in sources]
     rows = sum(len(s) for s in sources)
-    job = EncodeJob(model.name, state.hexdigest(), k, side, inputs, rows, shard_rows)
+    job = EncodeJob(model.name, state.hexdigest(), k, side, inputs, rows, shard_rows, bytes=nbytes)
     job.shards = [Shard(f"part-{i:05d}.parquet", start, min(shard_rows, rows - start))
                   for i, start in enumerate(range(0, rows, shard_rows))]
     return job
@@ -166,11 +180,17 @@ def _resume(target: Path, job: EncodeJob) -> EncodeJob:
         stale.unlink()
     recorded = read_manifest(target)
     if recorded.identity() != job.identity():
-        raise ValueError(
-            f"{target} holds the shards of another encode job (other inputs, compressor, k, side or shard size); "
-            "give an empty or new folder"
-        )
+        raise ValueError(f"{target} holds the shards of another encode job ({_differences(recorded, job)}); give "
+                         "an empty or new folder, or the job's own settings to resume it")
     return recorded
+
+
+def _differences(recorded: EncodeJob, job: EncodeJob) -> str:
+    """What differs between the job a folder holds and this one, e.g. ``bytes 16 there, 32 here``."""
+    shown = ("method", "k", "bytes", "side", "rows", "shard_rows")  # the others are long: named only
+    there, here = recorded.identity(), job.identity()
+    return "; ".join(f"{name} {there[name]} there, {here[name]} here" if name in shown else f"other {name}"
+                     for name in IDENTITY if there[name] != here[name])
 
 
 def _run(target: Path, job: EncodeJob, sources: list[RowSource], model: Compressor, k: int | None,
@@ -193,7 +213,7 @@ def _run(target: Path, job: EncodeJob, sources: list[RowSource], model: Compress
             encoded += shard.rows
     job.complete = True
     _write_manifest(target, job)
-    return EncodeResult(target, encoded, written, skipped, time.perf_counter() - started)
+    return EncodeResult(target, encoded, written, skipped, time.perf_counter() - started, k)
 
 
 def _run_ray(target: Path, job: EncodeJob, sources: list[RowSource], model: Compressor, k: int | None, side: str,
@@ -222,7 +242,7 @@ def _run_ray(target: Path, job: EncodeJob, sources: list[RowSource], model: Comp
     job.complete = True
     _write_manifest(target, job)
     rows = sum(shard.rows for shard in todo)
-    return EncodeResult(target, rows, len(todo), len(job.shards) - len(todo), time.perf_counter() - started)
+    return EncodeResult(target, rows, len(todo), len(job.shards) - len(todo), time.perf_counter() - started, k)
 
 
 class _ShardEncoder:

@@ -81,10 +81,19 @@ def test_compress_writes_query_codes_for_asymmetric_methods(corpus: Path, tmp_pa
          "need both --pair-queries and --pair-documents"),
         (["fit", "--method", "svd", "--input", "{corpus}", "-o", "{out}", "--pair-queries", "{corpus}",
           "--pair-documents", "{corpus}"], "svd does not learn from pairs"),
+        (["fit", "--method", "svd", "--input", "{corpus}", "-o", "{out}", "--bytes", "16"],
+         "svd is not fitted for a byte budget (its config has no byte_budgets)"),
+        (["fit", "--method", "csr", "--input", "{corpus}", "-o", "{out}", "--bytes", "10,ten"],
+         "--bytes must be a comma-separated list of integers, e.g. 16,64; got '10,ten'"),
+        (["fit", "--method", "csr", "--input", "{corpus}", "-o", "{out}", "--bytes", "0,16"],
+         "--bytes must list positive integers; got '0,16'"),
+        (["encode", "-c", "{corpus}", "--input", "{corpus}", "--out", "{out}", "-k", "4", "-b", "16"],
+         "give -k/--k (the method's budget) or -b/--bytes (bytes per vector, which picks k), not both"),
     ],
     ids=["unknown-method", "unknown-param", "malformed-param", "missing-input", "model-not-safetensors",
          "no-compressor", "old-and-new-spelling",
-         "half-a-pair", "pairs-for-a-method-without"],
+         "half-a-pair", "pairs-for-a-method-without", "bytes-for-a-method-without", "bytes-not-integers",
+         "bytes-not-positive", "encode-k-and-bytes"],
 )
 def test_errors_are_one_line_with_exit_code_2(args: list[str], message: str, corpus: Path, tmp_path: Path) -> None:
     filled = [a.format(corpus=corpus, out=tmp_path / "out.safetensors", missing=tmp_path / "nope.npy") for a in args]
@@ -118,6 +127,72 @@ def test_compress_rejects_a_budget_the_model_cannot_honour(corpus: Path, tmp_pat
     result = runner.invoke(app, ["compress", "-c", str(model), "--input", str(corpus), "-o", str(tmp_path / "c.npz"), "-k", "8"])
     assert result.exit_code == 2 and "int8 has no budget" in result.output
     assert not (tmp_path / "c.npz").exists()
+
+
+def test_fit_for_byte_budgets_then_compress_and_encode_within_them(corpus: Path, tmp_path: Path) -> None:
+    """``fit --bytes 3,6`` reaches ``adaptemb.fit(..., bytes=[3, 6])`` (csr: heads for those budgets); ``compress -b`` and
+    ``encode -b`` write the codes ``encode(x, bytes=B)`` gives, within B bytes per vector."""
+    model, x = tmp_path / "csr.safetensors", np.load(corpus)
+    small = ["-p", "hidden=64", "-p", "epochs=1", "-p", "progress=false"]
+    fitted = runner.invoke(app, ["fit", "-m", "csr", "-i", str(corpus), "-o", str(model), "--bytes", "3,6", *small])
+    assert fitted.exit_code == 0, fitted.output
+    compressor = adaptemb.load(model)
+    assert compressor.config.byte_budgets == (3, 6)
+    direct = adaptemb.fit(x, "csr", bytes=[3, 6], hidden=64, epochs=1, progress=False)
+    assert same_codes(compressor.encode(x, bytes=3), direct.encode(x, bytes=3))
+    compressed = runner.invoke(app, ["compress", "-c", str(model), "-i", str(corpus), "-o", str(tmp_path / "c.npz"),
+                                     "-b", "3"])
+    assert compressed.exit_code == 0, compressed.output
+    codes, expected = adaptemb.load_codes(tmp_path / "c.npz"), compressor.encode(x, bytes=3)
+    assert same_codes(codes, expected) and codes.bytes_per_vector <= 3
+    assert f"at k={compressor.budget_for_bytes(3)} (the largest within 3 bytes)" in compressed.output
+    encoded = runner.invoke(app, ["encode", "-c", str(model), "-i", str(corpus), "--out", str(tmp_path / "shards"),
+                                  "-b", "6"])
+    assert encoded.exit_code == 0, encoded.output
+    shards = adaptemb.read_code_shards(tmp_path / "shards")
+    assert same_codes(shards, compressor.encode(x, bytes=6)) and shards.bytes_per_vector <= 6
+    assert shards.bytes_per_vector > codes.bytes_per_vector  # a larger budget: a larger k
+
+
+def test_fit_a_composition_for_byte_budgets(corpus: Path, tmp_path: Path) -> None:
+    """svd+binary fitted ``--bytes 2,3`` prepares ranks 16 and 24 (d=24, one bit a dimension); ``-b 2`` picks rank 16,
+    and a budget below its smallest code is a clear error naming that code's size."""
+    model, x = tmp_path / "svd_binary.safetensors", np.load(corpus)
+    fitted = runner.invoke(app, ["fit", "-m", "svd+binary", "-i", str(corpus), "-o", str(model), "--bytes", "2,3"])
+    assert fitted.exit_code == 0, fitted.output
+    assert "budgets k=16, 24 (default 24)" in fitted.output
+    compressed = runner.invoke(app, ["compress", "-c", str(model), "-i", str(corpus), "-o", str(tmp_path / "c.npz"),
+                                     "-b", "2"])
+    assert compressed.exit_code == 0, compressed.output
+    assert "at k=16 (the largest within 2 bytes)" in compressed.output and "2.0 bytes per vector" in compressed.output
+    assert same_codes(adaptemb.load_codes(tmp_path / "c.npz"), adaptemb.load(model).encode(x, bytes=2))
+    too_small = runner.invoke(app, ["compress", "-c", str(model), "-i", str(corpus), "-o", str(tmp_path / "d.npz"),
+                                    "-b", "1"])
+    assert too_small.exit_code == 2 and "its smallest code (k=16) takes 2" in too_small.output
+    assert not (tmp_path / "d.npz").exists()
+
+
+@pytest.mark.parametrize("command", [
+    ["compress", "-i", "{corpus}", "-o", "{out}"],
+    ["encode", "-i", "{corpus}", "--out", "{out}"],
+    ["export-onnx", "-o", "{out}"],
+    ["export-encoder", "-o", "{out}"],
+])
+def test_k_and_bytes_together_are_refused(command: list[str], corpus: Path, tmp_path: Path) -> None:
+    model = tmp_path / "svd.safetensors"
+    assert runner.invoke(app, ["fit", "-m", "svd", "-i", str(corpus), "-o", str(model), "-p", "k=12"]).exit_code == 0
+    filled = [a.format(corpus=corpus, out=tmp_path / "out") for a in command]
+    both = runner.invoke(app, [*filled, "-c", str(model), "-k", "4", "-b", "16"])
+    assert both.exit_code == 2 and "Traceback" not in both.output
+    assert "give -k/--k (the method's budget) or -b/--bytes (bytes per vector, which picks k), not both" in both.output
+    assert not (tmp_path / "out").exists()
+    zero = runner.invoke(app, [*filled, "-c", str(model), "-b", "0"], env={"COLUMNS": "200"})
+    assert zero.exit_code == 2 and "'--bytes' / '-b': Input should be greater than or equal to 1" in zero.output
+
+
+def same_codes(a: adaptemb.Codes, b: adaptemb.Codes) -> bool:
+    left, right = a.to_arrays(), b.to_arrays()
+    return a.kind == b.kind and left.keys() == right.keys() and all(np.array_equal(left[k], right[k]) for k in left)
 
 
 @pytest.mark.slow

@@ -118,6 +118,39 @@ def test_another_job_in_the_same_folder_is_refused(rows: np.ndarray, inputs: dic
         adaptemb.encode_files(inputs["x.npy"], svd, tmp_path, k=5, progress=False)
 
 
+@pytest.mark.parametrize(("method", "nbytes", "k"), [("svd", 42, 10), ("csr", 6, 6), ("bsa", 7, 8)])
+def test_a_byte_budget_gives_the_codes_encode_gives(method: str, nbytes: int, k: int, rows: np.ndarray,
+                                                     inputs: dict[str, Path], tmp_path: Path) -> None:
+    """``bytes=B`` picks the budget once, as ``encode(x, bytes=B)`` does (svd: 4 bytes a dimension, 42 -> k=10;
+    bsa's packed rows: k=8 in 7 bytes); the manifest records both; query codes are made at that k."""
+    compressor = fitted(method, rows)
+    result = adaptemb.encode_files(inputs["x.parquet"], compressor, tmp_path / "doc", bytes=nbytes, shard_rows=750,
+                                   batch_rows=200, progress=False)
+    codes, expected = adaptemb.read_code_shards(tmp_path / "doc"), compressor.encode(rows, bytes=nbytes)
+    assert same(codes, expected) and codes.bytes_per_vector <= nbytes
+    assert result.k == k == compressor.budget_for_bytes(nbytes)
+    manifest = json.loads((tmp_path / "doc" / "manifest.json").read_text())
+    assert (manifest["bytes"], manifest["k"]) == (nbytes, k)
+    adaptemb.encode_files(inputs["x.npy"], compressor, tmp_path / "query", bytes=nbytes, side="query", progress=False)
+    assert same(adaptemb.read_code_shards(tmp_path / "query"), compressor.encode_queries(rows, k=k))
+
+
+def test_a_resumed_run_must_give_the_same_byte_budget(rows: np.ndarray, inputs: dict[str, Path], tmp_path: Path) -> None:
+    svd = fitted("svd", rows)
+    adaptemb.encode_files(inputs["x.npy"], svd, tmp_path, bytes=42, shard_rows=1000, progress=False)
+    with pytest.raises(ValueError, match="another encode job \\(k 10 there, 6 here; bytes 42 there, 24 here\\)"):
+        adaptemb.encode_files(inputs["x.npy"], svd, tmp_path, bytes=24, shard_rows=1000, progress=False)
+    with pytest.raises(ValueError, match="another encode job \\(bytes 42 there, None here\\)"):  # the same k, given
+        adaptemb.encode_files(inputs["x.npy"], svd, tmp_path, k=10, shard_rows=1000, progress=False)
+    again = adaptemb.encode_files(inputs["x.npy"], svd, tmp_path, bytes=42, shard_rows=1000, progress=False)
+    assert (again.shards_written, again.shards_skipped, again.k) == (0, 2, 10)
+    with pytest.raises(adaptemb.InvalidConfigError, match="pass k=10 or bytes=42, not both"):
+        adaptemb.encode_files(inputs["x.npy"], svd, tmp_path / "both", k=10, bytes=42, progress=False)
+    with pytest.raises(adaptemb.InvalidConfigError, match="no budget of svd fits 3 bytes per vector"):
+        adaptemb.encode_files(inputs["x.npy"], svd, tmp_path / "small", bytes=3, progress=False)
+    assert not (tmp_path / "both").exists() and not (tmp_path / "small").exists()
+
+
 @pytest.mark.parametrize(
     ("setup", "error", "message"),
     [
@@ -164,6 +197,17 @@ def test_ray_engine_writes_the_same_shards_and_resumes(rows: np.ndarray, inputs:
     again = adaptemb.encode_files(sources, csr, distributed, shard_rows=900, engine="ray")
     assert (again.shards_written, again.shards_skipped) == (1, 4)
     assert same(adaptemb.read_code_shards(distributed), csr.encode(np.concatenate([rows, rows])))
+
+
+@pytest.mark.slow
+def test_ray_engine_takes_a_byte_budget(rows: np.ndarray, inputs: dict[str, Path], tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    bsa = fitted("bsa", rows)
+    result = adaptemb.encode_files(inputs["x.npy"], bsa, tmp_path, bytes=7, shard_rows=900, engine="ray")
+    assert (result.shards_written, result.k) == (3, 8)
+    assert same(adaptemb.read_code_shards(tmp_path), bsa.encode(rows, bytes=7))
+    with pytest.raises(ValueError, match="bytes 7 there, 6 here"):
+        adaptemb.encode_files(inputs["x.npy"], bsa, tmp_path, bytes=6, shard_rows=900, engine="ray")
 
 
 @pytest.mark.slow

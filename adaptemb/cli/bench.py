@@ -14,22 +14,11 @@ from rich.console import Console
 
 from adaptemb.cli.app import app
 from adaptemb.cli.errors import friendly_errors
-from adaptemb.cli.options import Device, flag
+from adaptemb.cli.options import Device, flag, parse_ints
 from adaptemb.config import parse_params
 
 DEFAULT_BUDGETS = "16,32,64"
 DEFAULT_BYTES = "16,32,64"
-
-
-def parse_ints(text: str, what: str) -> list[int]:
-    """``"16,64"`` → ``[16, 64]``; a clear error for anything else."""
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise ValueError(f"{what} must be a comma-separated list of integers, e.g. 16,64; got {text!r}") from None
-    if not values or min(values) < 1:
-        raise ValueError(f"{what} must list positive integers; got {text!r}")
-    return values
 
 
 def method_params(items: list[str]) -> dict[str, dict[str, Any]]:

@@ -17,6 +17,8 @@ from adaptemb.cli.errors import friendly_errors
 from adaptemb.cli.options import (
     BackboneOption,
     BudgetOption,
+    ByteBudgetsOption,
+    BytesOption,
     CompressorOption,
     Engine,
     InputDimOption,
@@ -31,10 +33,12 @@ from adaptemb.cli.options import (
     OldCompressorOption,
     Quantize,
     Side,
+    budget_within,
     chosen,
     deprecated,
     flag,
     input_options,
+    parse_ints,
 )
 from adaptemb.cli.output import console, plural, print_report, write_json
 from adaptemb.config import parse_params
@@ -73,6 +77,7 @@ def fit_command(
     input_path: InputOption,
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the fitted compressor (.safetensors).")],
     param: ParamOption = None,
+    nbytes: ByteBudgetsOption = None,
     key: KeyOption = None,
     stream: Annotated[bool, flag("stream", "Read the file chunk by chunk instead of loading it (files larger "
                                  "than memory; any format --input reads): methods that train by minibatches "
@@ -102,12 +107,15 @@ def fit_command(
     if not stream and (engine is not Engine.local or ray_address is not None):
         raise ValueError("--engine and --ray-address choose how a stream is read: add --stream")
     supervision = _supervision(pair_queries, pair_documents, labels)
+    byte_budgets = None if nbytes is None else parse_ints(nbytes, "--bytes")
     if stream:
         ray = engine is Engine.ray
         source: Any = RowStream.through_ray(input_path, key=key, address=ray_address) if ray else input_path
-        compressor = fit_compressor(source, method, key=None if ray else key, **supervision, **params)
+        compressor = fit_compressor(source, method, bytes=byte_budgets, key=None if ray else key, **supervision,
+                                    **params)
     else:
-        compressor = fit_compressor(load_embeddings(input_path, key=key), method, **supervision, **inputs, **params)
+        compressor = fit_compressor(load_embeddings(input_path, key=key), method, bytes=byte_budgets, **supervision,
+                                    **inputs, **params)
     compressor.save(output)
     budgets = compressor.budgets()
     console.print(
@@ -140,6 +148,7 @@ def compress_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the codes (.npz, see docs/guide.md).")],
     compressor: CompressorOption = None,
     k: BudgetOption = None,
+    nbytes: BytesOption = None,
     side: Annotated[Side, typer.Option(
         "--side", help="doc: document codes (encode); query: query codes (encode_queries), which asymmetric "
         "methods (csr, bsa) make differently.")] = Side.doc,
@@ -153,6 +162,7 @@ def compress_command(
     """Encode an embedding file with a fitted compressor and write the codes file (all in memory; for files
     larger than memory use `adaptemb encode`)."""
     fitted = load(chosen(compressor, old_model, new="--compressor/-c", old="--model"))
+    k = budget_within(fitted, k, nbytes)
     inputs = input_options(input_kind, input_scale, input_offset, input_dim)
     embeddings = load_embeddings(input_path, key=key)
     encode = fitted.encode if side is Side.doc else fitted.encode_queries
@@ -163,8 +173,9 @@ def compress_command(
             bar.update(len(parts[-1]))
     codes = parts[0] if len(parts) == 1 else type(parts[0]).concat(parts)
     save_codes(codes, output)
+    picked = f" at k={k} (the largest within {nbytes} bytes)" if nbytes is not None else ""
     console.print(
-        f"wrote {plural(len(codes), f'{codes.kind} {side.value} code')} (dim {codes.dim}) to {output}: "
+        f"wrote {plural(len(codes), f'{codes.kind} {side.value} code')} (dim {codes.dim}){picked} to {output}: "
         f"{codes.bytes_per_vector:.1f} bytes per vector, {codes.nbytes:,} bytes in all"
     )
 
@@ -175,6 +186,7 @@ def export_onnx_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the ONNX encoder (.onnx).")],
     compressor: CompressorOption = None,
     k: Annotated[int | None, typer.Option("--k", "-k", help="Budget the encoder emits (default: the method's).")] = None,
+    nbytes: BytesOption = None,
     sample: Annotated[
         Path | None, typer.Option("--sample", help="Embeddings to check onnxruntime parity on (default: random rows).")
     ] = None,
@@ -185,7 +197,8 @@ def export_onnx_command(
     before it is written. For text or images in, use export-encoder."""
     path = chosen(compressor, old_model, new="--compressor/-c", old="--model")
     rows = load_embeddings(sample, key=key) if sample is not None else None
-    parity = load(path).export_onnx(output, k=k, sample=rows)
+    fitted = load(path)
+    parity = fitted.export_onnx(output, k=budget_within(fitted, k, nbytes), sample=rows)
     console.print(f"wrote {output}; {parity}")
 
 
@@ -201,7 +214,7 @@ def export_command(
 ) -> None:
     """Deprecated spelling of export-onnx."""
     deprecated("adaptemb export", "adaptemb export-onnx")
-    export_onnx_command(output, compressor, k, sample, key, old_model)
+    export_onnx_command(output, compressor, k, None, sample, key, old_model)
 
 
 @app.command("export-encoder")
@@ -212,6 +225,7 @@ def export_encoder_command(
     compressor: CompressorOption = None,
     backbone: BackboneOption = None,
     k: Annotated[int | None, typer.Option("--k", "-k", help="Budget the encoder emits (default: the method's).")] = None,
+    nbytes: BytesOption = None,
     modality: Annotated[Modality, typer.Option(
         "--modality", help="auto: image for efficientnet-lite0, timm:, open_clip: and timm folders, else text.")] = Modality.auto,
     quantize: Annotated[Quantize, typer.Option(
@@ -231,6 +245,10 @@ def export_encoder_command(
     from adaptemb.onnx.encoder import export_encoder  # the onnx extra
 
     path = chosen(compressor, None, new="--compressor/-c", old="")
+    fitted: Any = path
+    if nbytes is not None:  # the budget is picked by the fitted compressor itself
+        fitted = load(path)
+        k = budget_within(fitted, k, nbytes)
     model = chosen(backbone, old_model, new="--backbone", old="--model", required=False)
     items: Any = None
     if sample is not None:
@@ -239,7 +257,7 @@ def export_encoder_command(
         else:
             items = [line for line in sample.read_text(encoding="utf-8").splitlines() if line.strip()]
     result = export_encoder(
-        model, path, output, k=k, modality=modality.value,  # type: ignore[arg-type]
+        model, fitted, output, k=k, modality=modality.value,  # type: ignore[arg-type]
         quantize=None if quantize is Quantize.none else quantize.value,  # type: ignore[arg-type]
         sample=items, include_embedding=with_embedding, weights=weights, image_size=image_size,
     )

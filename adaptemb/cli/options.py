@@ -11,12 +11,15 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import numpy as np
 import typer
 
 from adaptemb.serialization import existing_file
+
+if TYPE_CHECKING:
+    from adaptemb.method import Compressor
 
 _T = TypeVar("_T")
 
@@ -116,6 +119,12 @@ KeyOption = Annotated[
 ]
 BudgetOption = Annotated[int | None, typer.Option(
     "--k", "-k", help="Budget: active dims per code (default: the method's).")]
+BytesOption = Annotated[int | None, typer.Option(
+    "--bytes", "-b", min=1, help="Byte budget instead of -k: the largest budget k whose codes take at most this many "
+    "bytes per vector (what encode(x, bytes=B) picks).")]
+ByteBudgetsOption = Annotated[str | None, typer.Option(
+    "--bytes", help="Bytes per vector to fit for, one number or a comma list (e.g. 10,16,32), for methods fitted for "
+    "byte budgets (csr, compositions such as svd+binary); then encode with -b/--bytes.")]
 InputKindOption = Annotated[InputKind, typer.Option(
     "--input-kind", help="What the input values are: float embeddings, or int8 / ubinary (sign bits packed 8 per "
     "byte) embeddings as providers return them; never guessed from the dtype (guide: 'Integer embeddings').")]
@@ -125,6 +134,31 @@ InputOffsetOption = Annotated[str | None, typer.Option(
     "--input-offset", help="--input-kind int8: the offset, a number or an .npy of d offsets (default 0).")]
 InputDimOption = Annotated[int | None, typer.Option(
     "--input-dim", min=1, help="--input-kind ubinary: the true dimension when it is not 8 x the bytes per row.")]
+
+
+def parse_ints(text: str, what: str) -> list[int]:
+    """``"16,64"`` → ``[16, 64]``; a clear error for anything else."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"{what} must be a comma-separated list of integers, e.g. 16,64; got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"{what} must list positive integers; got {text!r}")
+    return values
+
+
+def check_one_budget(k: int | None, nbytes: int | None) -> None:
+    """``-k`` and ``-b`` both choose the budget: giving both is an error."""
+    if k is not None and nbytes is not None:
+        raise ValueError(f"give -k/--k (the method's budget) or -b/--bytes (bytes per vector, which picks k), not "
+                         f"both; got -k {k} and -b {nbytes}")
+
+
+def budget_within(compressor: Compressor, k: int | None, nbytes: int | None) -> int | None:
+    """The budget ``-k`` / ``-b`` choose: ``k``, or the one ``compressor.encode(x, bytes=nbytes)`` uses (resolved
+    once, by the same path)."""
+    check_one_budget(k, nbytes)
+    return k if nbytes is None else compressor._budget_within_bytes(nbytes, None)
 
 
 def number_or_array(text: str | None, option: str) -> float | np.ndarray | None:

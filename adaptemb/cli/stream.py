@@ -15,12 +15,14 @@ from adaptemb.cli.app import app
 from adaptemb.cli.errors import friendly_errors
 from adaptemb.cli.options import (
     BudgetOption,
+    BytesOption,
     CompressorOption,
     Engine,
     KeyOption,
     OldCompressorOption,
     Side,
     VectorDB,
+    check_one_budget,
     chosen,
     deprecated_option,
     flag,
@@ -43,6 +45,7 @@ def encode_command(
     out: Annotated[Path | None, typer.Option(
         "--out", help="Folder for the code shards (part-*.parquet) and manifest.json; created if needed.")] = None,
     k: BudgetOption = None,
+    nbytes: BytesOption = None,
     side: Annotated[Side, typer.Option("--side", help="doc: document codes; query: query codes (encode_queries).")] = Side.doc,
     key: KeyOption = None,
     shard_rows: Annotated[int, typer.Option("--shard-rows", min=1, help="Rows per output shard (the unit of resume).")] = 262_144,
@@ -56,15 +59,19 @@ def encode_command(
     """Encode embedding files shard by shard with bounded memory; re-run the same command to resume."""
     path = chosen(compressor, old_model, new="--compressor/-c", old="--model")
     folder = chosen(out, old_out, new="--out", old="-o")
+    check_one_budget(k, nbytes)
     try:
-        result = encode_files(inputs, path, folder, k=k, side=side.value, key=key, shard_rows=shard_rows,  # type: ignore[arg-type]
-                              batch_rows=batch_rows, engine=engine.value, ray_address=ray_address)
+        result = encode_files(inputs, path, folder, k=k, bytes=nbytes, side=side.value,  # type: ignore[arg-type]
+                              key=key, shard_rows=shard_rows, batch_rows=batch_rows, engine=engine.value,
+                              ray_address=ray_address)
     except KeyboardInterrupt:
         print(f"\ninterrupted: the shards written so far are kept in {folder}; run the same command again to "
               f"resume where it stopped:\n  {shlex.join(['adaptemb', *sys.argv[1:]])}", file=sys.stderr)
         raise typer.Exit(code=INTERRUPTED) from None
+    picked = f" at k={result.k} (the largest within {nbytes} bytes)" if nbytes is not None else ""
     console.print(
-        f"encoded {plural(result.rows, 'row')} in {result.seconds:.1f} s ({result.rows_per_second:,.0f} rows/s): "
+        f"encoded {plural(result.rows, 'row')}{picked} in {result.seconds:.1f} s "
+        f"({result.rows_per_second:,.0f} rows/s): "
         f"{plural(result.shards_written, 'shard')} written, {result.shards_skipped:,} already done, in {result.out}"
     )
 
