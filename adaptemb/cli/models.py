@@ -107,14 +107,13 @@ def fit_command(
     if not stream and (engine is not Engine.local or ray_address is not None):
         raise ValueError("--engine and --ray-address choose how a stream is read: add --stream")
     supervision = _supervision(pair_queries, pair_documents, labels)
-    byte_budgets = None if nbytes is None else parse_ints(nbytes, "--bytes")
+    for_bytes: dict[str, Any] = {} if nbytes is None else {"bytes": parse_ints(nbytes, "--bytes")}
     if stream:
         ray = engine is Engine.ray
         source: Any = RowStream.through_ray(input_path, key=key, address=ray_address) if ray else input_path
-        compressor = fit_compressor(source, method, bytes=byte_budgets, key=None if ray else key, **supervision,
-                                    **params)
+        compressor = fit_compressor(source, method, key=None if ray else key, **for_bytes, **supervision, **params)
     else:
-        compressor = fit_compressor(load_embeddings(input_path, key=key), method, bytes=byte_budgets, **supervision,
+        compressor = fit_compressor(load_embeddings(input_path, key=key), method, **for_bytes, **supervision,
                                     **inputs, **params)
     compressor.save(output)
     budgets = compressor.budgets()
