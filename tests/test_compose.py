@@ -264,6 +264,7 @@ def test_a_damaged_rotation_is_refused_at_load(x: np.ndarray, tmp_path: Path) ->
 
 
 def test_onnx_export_is_refused_clearly(x: np.ndarray, tmp_path: Path) -> None:
-    fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2])
-    with pytest.raises(UnsupportedExportError, match="svd\\+binary"):
+    """A part without an ONNX encoder (rabitq) is named; svd+binary exports (tests/test_compose_downstream.py)."""
+    fitted = adaptemb.fit(x, "svd+rabitq", byte_budgets=[2])
+    with pytest.raises(UnsupportedExportError, match="svd\\+rabitq cannot be exported to ONNX: its quantizer rabitq"):
         fitted.export_onnx(tmp_path / "head.onnx")

@@ -13,7 +13,8 @@ rotated float query; documents of a symmetric quantiser are searched by the floa
 serves float queries against its codes (binary: ``<q, ±1>``, ``adaptemb.index.float_binary``), else queries are
 quantised like documents (int8; or ``float_queries=False``). Saved as one safetensors file: the projection's
 tensors under ``projection.``, each rank's quantiser under ``rank{r}.quantizer.`` and its rotation under
-``rank{r}.``.
+``rank{r}.``. ONNX: ``encoder(r)`` is the projection's head, the rotation and the quantiser's head as one module
+(``adaptemb.compose.export``), where both parts export.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ import torch
 from adaptemb.budgets import Budgets, largest_budget_within
 from adaptemb.codes import Codes, DenseCodes, decoded_inner_products
 from adaptemb.compose.config import ComposedConfig, composed_config, make_composed_config
+from adaptemb.compose.export import ComposedHead, ProjectedValues, refusal
 from adaptemb.compose.rotation import Rotation, fit_rotation
-from adaptemb.errors import InvalidConfigError
+from adaptemb.errors import InvalidConfigError, UnsupportedExportError
 from adaptemb.linalg import has_direction
 from adaptemb.method import Compressor
 from adaptemb.registry import COMPOSE_SEPARATOR, get_index_registry
@@ -61,6 +63,7 @@ class ComposedCompressor(Compressor):
     def __init__(self, config: ComposedConfig | None = None, **params: Any) -> None:
         super().__init__(config, **params)
         self._quantizer_template = self.Quantizer(config=self.config.quantizer)  # type: ignore[attr-defined]
+        self._projection_template = self.Projection(config=self.config.projection)  # type: ignore[attr-defined]
         self._sizes: dict[int, float] = {}
 
     @classmethod
@@ -220,6 +223,39 @@ class ComposedCompressor(Compressor):
             _, quantizer = self._stages[rank]
             self._sizes[rank] = float(quantizer.encode(torch.ones(1, rank)).bytes_per_vector)
         return self._sizes[rank]
+
+    # -- ONNX ----------------------------------------------------------------------------------------
+
+    @property
+    def exportable(self) -> bool:  # type: ignore[override]  # the parts decide
+        """True when both the projection and the quantiser export (their ``exportable``)."""
+        return not self.export_refusal()
+
+    def export_refusal(self) -> str:
+        """Why this composition does not export, naming the part that does not; empty when it does."""
+        return refusal(self.name, self._projection_template, self._quantizer_template) or ""
+
+    def encoder(self, k: int) -> torch.nn.Module:
+        """The encode path at rank ``k``: the projection's head, its float values, the rank's rotation (centre and
+        matrix), then the quantiser's head, whose outputs (its storage form) are the module's."""
+        reason = self.export_refusal()
+        if reason:
+            raise UnsupportedExportError(reason)
+        rotation, quantizer = self._stage_of_rank(k)
+        projection = self._projection.encoder(k)
+        values = ProjectedValues(self._projection.encode(torch.ones(1, self._projection.dim), k=k), self.name)
+        return ComposedHead(projection, values, rotation, quantizer.encoder(quantizer.budgets().default)).eval()
+
+    def encoder_arrays(self, codes: Codes, k: int) -> dict[str, np.ndarray]:
+        """The arrays the quantiser's head emits for these codes (its own ``encoder_arrays``)."""
+        _, quantizer = self._stage_of_rank(k)
+        return quantizer.encoder_arrays(codes, quantizer.budgets().default)
+
+    def _stage_of_rank(self, k: int) -> tuple[Rotation | None, Compressor]:
+        self._require_fitted()
+        if k not in self._stages:
+            raise ValueError(f"{self.name} prepared the ranks {sorted(self._stages)}; got k={k}")
+        return self._stages[k]
 
     # -- state ---------------------------------------------------------------------------------------
 

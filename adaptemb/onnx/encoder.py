@@ -154,8 +154,7 @@ def export_encoder(
     budget = fitted.budgets().resolve(k, fitted.name)  # NotFittedError before any model loads
     if not fitted.exportable:
         raise UnsupportedExportError(
-            f"{fitted.name} cannot be exported to ONNX: it declares no encoder(k) (Compressor.exportable "
-            f"is False); methods with an encoder: {', '.join(_exportable_methods()) or 'none'}"
+            f"{fitted.export_refusal()}; methods with an encoder: {', '.join(_exportable_methods()) or 'none'}"
         )
     encoder, kind = resolve_model(model, modality, weights=weights, image_size=image_size)
     with on_cpu(encoder), compute_threads() as threads:

@@ -36,6 +36,11 @@ class OnnxExport:
 
     name: ClassVar[str]
 
+    def export_refusal(self) -> str:
+        """Why this compressor does not export to ONNX (the ``UnsupportedExportError`` message); a method whose
+        export depends on its parts or configuration says which one stops it."""
+        return f"{self.name} cannot be exported to ONNX (its exportable is False)"
+
     def encoder(self, k: int) -> torch.nn.Module:
         """The encode path at budget ``k`` as one torch module (the ONNX export path): float32 (n, d) in, a tuple
         of tensors out, named by its ``output_names`` like the arrays of ``encode(x, k).to_arrays()`` (shared
@@ -59,7 +64,7 @@ class OnnxExport:
         compressor: Any = self
         compressor._require_fitted()
         if not self.exportable:
-            raise UnsupportedExportError(f"{self.name} cannot be exported to ONNX (its exportable is False)")
+            raise UnsupportedExportError(self.export_refusal())
         budget = compressor.budgets().resolve(k, self.name)
         require_onnx()
         if sample is not None:

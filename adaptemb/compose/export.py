@@ -1,0 +1,69 @@
+"""A composition's encode path as one torch module, for ONNX export (``Compressor.encoder(k)``).
+
+The graph is the projection's own head (its ``encoder(r)``), its output as the float values ``encode(x, k=r)
+.to_dense()`` gives (float16 values widened, int8 codes dequantised with their stored calibration), the
+rotation of rank ``r`` (centre and orthogonal matrix, stored in the graph) and the quantiser's own head,
+whose outputs are the graph's. A composition exports when both parts do; otherwise ``refusal`` says which part
+does not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from adaptemb.codes import Codes, DenseCodes, QuantizedCodes
+from adaptemb.compose.rotation import Rotation
+from adaptemb.errors import UnsupportedExportError
+
+
+def refusal(name: str, projection: Any, quantizer: Any) -> str | None:
+    """Why the composition ``name`` of these part instances cannot export to ONNX, naming the part; None: it can."""
+    parts = [(role, part) for role, part in (("projection", projection), ("quantizer", quantizer)) if not part.exportable]
+    if not parts:
+        return None
+    missing = " and ".join(f"its {role} {part.name}" for role, part in parts)
+    return (f"{name} cannot be exported to ONNX: {missing} declares no ONNX encoder (exportable is False); a "
+            "composition exports when both its projection and its quantiser do (e.g. svd+binary, svd+int8)")
+
+
+class ComposedHead(torch.nn.Module):
+    """Projection head, its float values, the rotation (``(y - center) @ matrix``), then the quantiser head."""
+
+    def __init__(self, projection: torch.nn.Module, values: ProjectedValues, rotation: Rotation | None,
+                 quantizer: torch.nn.Module) -> None:
+        super().__init__()
+        self.projection, self.values, self.quantizer = projection, values, quantizer
+        self.output_names = tuple(quantizer.output_names)
+        self.rotated = rotation is not None
+        if rotation is not None:
+            self.register_buffer("center", rotation.center.clone())
+            self.register_buffer("matrix", rotation.matrix.clone())
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = self.values(dict(zip(self.projection.output_names, self.projection(x))))
+        if self.rotated:
+            y = (y - self.center) @ self.matrix
+        return tuple(self.quantizer(y))
+
+
+class ProjectedValues(torch.nn.Module):
+    """The projection head's output as float32 values, as its codes' ``to_dense()`` gives them: ``values``
+    (float32 or float16) as they are, int8 ``codes`` as ``offset + scale * code``."""
+
+    def __init__(self, sample: Codes, name: str) -> None:
+        super().__init__()
+        self.quantized = isinstance(sample, QuantizedCodes)
+        if self.quantized:
+            assert isinstance(sample, QuantizedCodes)
+            self.register_buffer("scale", torch.from_numpy(sample.scale.copy()))
+            self.register_buffer("offset", torch.from_numpy(sample.offset.copy()))
+        elif not isinstance(sample, DenseCodes):
+            raise UnsupportedExportError(f"{name}: its projection emits {sample.kind} codes; the ONNX export of a "
+                                         "composition takes a projection emitting dense or int8 values")
+
+    def forward(self, outputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.quantized:
+            return self.offset + self.scale * outputs["codes"].to(torch.float32)
+        return outputs["values"].to(torch.float32)
