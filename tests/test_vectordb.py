@@ -66,7 +66,7 @@ def test_csr_search_in_qdrant_matches_the_index(data: tuple[np.ndarray, np.ndarr
 
 
 @needs_qdrant
-@pytest.mark.parametrize("method", ["svd", "mrl", "binary", "bsa"])
+@pytest.mark.parametrize("method", ["svd", "mrl", "binary", "bsa", "int8"])
 def test_top_scores_match_the_codes_own_similarity(method: str, data: tuple[np.ndarray, np.ndarray]) -> None:
     docs, queries = data
     compressor = fitted(method, docs)
@@ -83,11 +83,18 @@ def test_top_scores_match_the_codes_own_similarity(method: str, data: tuple[np.n
 
 
 @needs_qdrant
-def test_int8_codes_are_stored_as_shifted_uint8(data: tuple[np.ndarray, np.ndarray]) -> None:
+def test_int8_codes_are_stored_dequantised_or_as_shifted_uint8_when_compact(data: tuple[np.ndarray, np.ndarray]) -> None:
     codes = fitted("int8", data[0]).encode(data[0][:5])
-    client = in_memory(codes)
+    client = qdrant_client(":memory:")
+    exact = export_codes(codes, location=client)
+    assert exact.vector == "float32 vector of 32, dot product, int8 scalar quantisation in RAM (rescored)"
+    stored = client.retrieve("adaptemb", ids=[3], with_vectors=True)[0].vector["codes"]
+    np.testing.assert_allclose(np.asarray(stored), codes.to_dense()[3], rtol=1e-6)  # offset + scale * code
+    assert export_codes(codes, location=client, recreate=True, compact=True).vector == "uint8 vector of 32, dot product"
     stored = client.retrieve("adaptemb", ids=[3], with_vectors=True)[0].vector["codes"]
     np.testing.assert_array_equal(np.asarray(stored), codes.codes[3].astype(np.int16) + 128)
+    with pytest.raises(ValueError, match="compact=True applies to Qdrant"):
+        export_codes(codes, to="milvus", location="never.db", compact=True)
 
 
 @needs_qdrant
@@ -224,9 +231,12 @@ def test_sparse_codes_go_into_a_sparse_field(data: tuple[np.ndarray, np.ndarray]
     export_codes(doc_codes, to="milvus", location=milvus, collection="sparse")
     field = next(f for f in milvus.describe_collection("sparse")["fields"] if f["name"] == "codes")
     assert field["type"] == DataType.SPARSE_FLOAT_VECTOR
-    stored = milvus.get("sparse", ids=[7], output_fields=["codes"])[0]["codes"]
+    stored = {int(k): float(v) for k, v in milvus.get("sparse", ids=[7], output_fields=["codes"])[0]["codes"].items()}
     row = doc_codes[[7]].to_csr()
-    assert {int(k): float(v) for k, v in stored.items()} == pytest.approx(dict(zip(row.indices.tolist(), row.data.tolist())))
+    balance = stored.pop(doc_codes.dim)  # one entry more, at index dim: the same total for every row
+    assert stored == pytest.approx(dict(zip(row.indices.tolist(), row.data.tolist())))
+    ceiling = doc_codes.vector_rows().sum(axis=1).max() + 1.0
+    assert balance == pytest.approx(ceiling - row.data.sum(), rel=1e-5)
     scores, ids = search_milvus(milvus, "sparse", query_codes, 10)
     if scores_by_ip:  # Milvus Lite before 3.2.2 scores this field by BM25: only the stored values are checked there
         assert_same_top(scores, ids, *csr.index(doc_codes).search(query_codes, 10))

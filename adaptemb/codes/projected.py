@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 from adaptemb.codes.base import Codes, blockwise_scores, select_rows
 from adaptemb.codes.binary_sparse import BinarySparseCodes
@@ -20,6 +21,10 @@ class ProjectedQueries(Codes):
     compressor whose decoder is linear emits these (``values = W_dec q``, ``offset = <q, b>``), so the
     score equals ``<q, decode(z)>`` while the documents stay sparse. Indexes add the offset themselves;
     methods that normalise per document (``bsa``) also pass document weights to their index.
+
+    A vector database holds no projected queries (``vector_form`` is empty: they are never documents), but searches
+    with them: ``query_vector_rows`` gives each row as a sparse query vector, whose dot product with a document's
+    ``vector_rows`` plus ``offset`` is ``similarity`` (without the document weights of ``bsa``'s cosine scoring).
     """
 
     kind = "projected"
@@ -67,3 +72,10 @@ class ProjectedQueries(Codes):
     @classmethod
     def concat(cls, parts: Sequence[ProjectedQueries]) -> ProjectedQueries:
         return cls(np.concatenate([p.values for p in parts]), np.concatenate([p.offset for p in parts]))
+
+    def query_vector_rows(self) -> sp.csr_matrix:
+        """The ``values`` as a vector database's sparse query vectors (float32 CSR (n, dim), every non-zero kept):
+        their dot product with a document's ``vector_rows``, plus ``offset``, is ``similarity``."""
+        rows = sp.csr_matrix(self.values)
+        rows.eliminate_zeros()
+        return rows

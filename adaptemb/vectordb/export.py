@@ -57,7 +57,7 @@ class CodesExport:
 def export_codes(codes: Codes, *, to: str = "qdrant", location: str | Any, collection: str = "adaptemb",
                  ids: Sequence[int] | np.ndarray | None = None, payload: Sequence[Mapping[str, Any]] | None = None,
                  recreate: bool = False, api_key: SecretStr | str | None = None, api_key_env: str | None = None,
-                 ca_cert: str | os.PathLike[str] | None = None) -> CodesExport:
+                 ca_cert: str | os.PathLike[str] | None = None, compact: bool = False) -> CodesExport:
     """Write ``codes`` into a new collection of ``to`` (``"qdrant"`` or ``"milvus"``); say what was written.
 
     ``location`` (required) is where the database is, kept after the call: a local folder (Qdrant) or
@@ -73,10 +73,17 @@ def export_codes(codes: Codes, *, to: str = "qdrant", location: str | Any, colle
     ``ca_cert`` is a PEM CA bundle for an ``https`` server whose certificate public CAs do not sign. A
     refused or missing credential raises ``CredentialError``, an unreachable server (or a certificate that
     does not verify) ``ServerUnreachableError``; no message shows the credential.
+
+    Each kind is stored so that the database's dot product is adaptemb's score (see the package docstring);
+    ``compact=True`` stores a kind's smaller approximate form instead (Qdrant: int8 codes as uint8 ``code + 128``),
+    which a search through the compressor refuses. Search the collection with ``search_qdrant`` /
+    ``search_milvus``: query codes, or raw float queries through the compressor (``compressor=``).
     """
     exporter = _EXPORTERS.get(to)
     if exporter is None:
         raise ValueError(f"unknown vector database {to!r}; supported: {', '.join(sorted(_EXPORTERS))}")
+    if compact and to != "qdrant":
+        raise ValueError(f"compact=True applies to Qdrant (int8 codes as uint8); {to} stores every kind exactly")
     credential = _checked_credential(to, location, api_key, api_key_env, ca_cert)
     if not isinstance(codes, Codes):
         raise TypeError(f"export_codes needs codes from encode(); got {type(codes).__name__}")
@@ -86,14 +93,14 @@ def export_codes(codes: Codes, *, to: str = "qdrant", location: str | Any, colle
     if not isinstance(location, str):
         _, where, given_credential = context_of(location, to)
         vector = guarded(to, where, given_credential,
-                         lambda: exporter(codes, location, collection, row_ids, payload, recreate))
+                         lambda: exporter(codes, location, collection, row_ids, payload, recreate, compact))
         return CodesExport(to, GIVEN, collection, len(codes), codes.kind, vector)
     lite = to == "milvus" and not is_server(to, location)
     already_running = lite and milvus_lite_running(location)
     client = _OPENERS[to](location, credential, ca_cert)
     try:
         vector = guarded(to, location, credential,
-                         lambda: exporter(codes, client, collection, row_ids, payload, recreate))
+                         lambda: exporter(codes, client, collection, row_ids, payload, recreate, compact))
     finally:
         client.close()
         if lite and not already_running:  # Lite keeps the file locked until its server stops

@@ -2,8 +2,12 @@
 Lite's in-process server for a file.
 
 A kind's ``vector_rows`` become the rows' field ``codes``, scored by inner product (IP): a
-``SPARSE_FLOAT_VECTOR`` for a sparse form (densified into a ``FLOAT_VECTOR`` for a Milvus Lite that scores
-sparse fields by BM25), else a float32 ``FLOAT_VECTOR``."""
+``SPARSE_FLOAT_VECTOR`` for a sparse form, with one balance entry a row so that signed asymmetric queries
+(csr's) rank exactly (densified into a ``FLOAT_VECTOR`` for a Milvus Lite that scores sparse fields by BM25),
+else a float32 ``FLOAT_VECTOR``. Binary codes on a server are a ``BINARY_VECTOR`` of their packed bits
+(``BIN_FLAT``, ``HAMMING``), searched by Hamming distance and rescored with the query; Milvus Lite refuses
+``BINARY_VECTOR``, so there they are ``FLOAT_VECTOR`` of ±1, searched exactly. How each form is written and
+searched: ``adaptemb.vectordb.milvus_rows``."""
 
 from __future__ import annotations
 
@@ -14,21 +18,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 from pydantic import SecretStr
 
-from adaptemb.codes import Codes
+from adaptemb.codes import BinaryCodes, Codes
 from adaptemb.vectordb.common import (
     BATCH_ROWS,
     ID_FIELD,
     VECTOR_NAME,
     batches,
-    check_vector_form,
     fresh_collection,
     is_server,
 )
 from adaptemb.vectordb.credentials import Credential, check_location, resolve_credential, warn_insecure
 from adaptemb.vectordb.guard import context_of, guarded, remember
+from adaptemb.vectordb.milvus_rows import FieldSearch, balance_ceiling, document_values, packed_bytes
+from adaptemb.vectordb.queries import QueryCompressor, store_queries
 
 _QUERY_BATCH = 100  # Milvus: query vectors per search request
 _LITE_SPARSE_IP = (3, 2, 2)  # the first Milvus Lite that scores SPARSE_FLOAT_VECTOR by IP, not BM25
@@ -122,13 +126,14 @@ def milvus_lite_running(location: str) -> bool:
 
 
 def export_milvus(codes: Codes, client: Any, collection: str, row_ids: np.ndarray,
-                  payload: Sequence[Mapping[str, Any]] | None, recreate: bool) -> str:
+                  payload: Sequence[Mapping[str, Any]] | None, recreate: bool, compact: bool = False) -> str:
     if row_ids.size and int(row_ids.max()) > np.iinfo(np.int64).max:
         raise ValueError("Milvus ids are INT64: every id must be below 2**63")
     from pymilvus import DataType
 
     lite = _lite_version(client) is not None
     sparse = codes.vector_form == "sparse" and _scores_sparse_by_ip(client)
+    bits = isinstance(codes, BinaryCodes) and not lite
     fresh_collection(client.has_collection(collection), recreate, collection,
                      lambda: client.drop_collection(collection))
     schema = client.create_schema(auto_id=False, enable_dynamic_field=True)
@@ -137,7 +142,11 @@ def export_milvus(codes: Codes, client: Any, collection: str, row_ids: np.ndarra
     if sparse:
         schema.add_field(VECTOR_NAME, DataType.SPARSE_FLOAT_VECTOR)
         index.add_index(VECTOR_NAME, index_type="SPARSE_INVERTED_INDEX", metric_type="IP", params={"drop_ratio_build": 0.0})
-        vector = "SPARSE_FLOAT_VECTOR, IP"
+        vector = f"SPARSE_FLOAT_VECTOR of {codes.dim} + a balance entry, IP"
+    elif bits:
+        schema.add_field(VECTOR_NAME, DataType.BINARY_VECTOR, dim=8 * packed_bytes(codes.dim))
+        index.add_index(VECTOR_NAME, index_type="BIN_FLAT", metric_type="HAMMING")
+        vector = f"BINARY_VECTOR of {8 * packed_bytes(codes.dim)}, HAMMING"
     else:
         schema.add_field(VECTOR_NAME, DataType.FLOAT_VECTOR, dim=codes.dim)
         index.add_index(VECTOR_NAME, index_type="FLAT", metric_type="IP")
@@ -147,54 +156,52 @@ def export_milvus(codes: Codes, client: Any, collection: str, row_ids: np.ndarra
     # A server keeps the index and the loaded state for all its clients. Strong consistency: a search right
     # after the export sees every row.
     client.create_collection(collection, schema=schema, index_params=None if lite else index, consistency_level="Strong")
+    ceiling = balance_ceiling(codes) if sparse else 0.0
     for start, stop in batches(len(codes), BATCH_ROWS):
-        rows = [{**({} if payload is None else payload[start + i]), ID_FIELD: int(row_ids[start + i]), VECTOR_NAME: vector}
-                for i, vector in enumerate(_milvus_vectors(codes[start:stop], sparse))]
+        values = document_values(codes[start:stop], sparse, bits, ceiling)
+        rows = [{**({} if payload is None else payload[start + i]), ID_FIELD: int(row_ids[start + i]), VECTOR_NAME: value}
+                for i, value in enumerate(values)]
         client.insert(collection, rows)
     client.flush(collection)  # sealed segments: durable, and Milvus Lite searches them faster than its write buffer
     if lite:
         return f"{vector}, no index: Milvus Lite searches every row"
     client.load_collection(collection)  # loaded on the server, for every client
-    return f"{vector}, {'SPARSE_INVERTED_INDEX' if sparse else 'FLAT'} index, loaded"
+    return f"{vector}, {'SPARSE_INVERTED_INDEX' if sparse else 'BIN_FLAT' if bits else 'FLAT'} index, loaded"
 
 
-def search_milvus(client: Any, collection: str, query_codes: Codes, top_k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-    """(scores, ids), each (n_queries, top_k), of query codes searched in a collection ``export_codes`` wrote."""
+def search_milvus(client: Any, collection: str, queries: Codes | Any, top_k: int = 10, *,
+                  compressor: QueryCompressor | None = None, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, ids), each (n_queries, top_k), of ``queries`` in a collection ``export_codes`` wrote: adaptemb's
+    scores (a query's offset added) and ids, best first; a query with fewer hits is padded (id -1, score -inf).
+
+    ``queries`` are query codes (``encode_queries`` output, e.g. csr's ``ProjectedQueries`` or a composition's
+    float query), or raw float embeddings with ``compressor`` (the fitted compressor whose codes the collection
+    holds), encoded by its ``encode_queries`` at budget ``k`` (the budget the documents were encoded at; default:
+    the compressor's). Through a compressor the search is refused (``ValueError``) unless Milvus' scores are the
+    compressor's own (``adaptemb.vectordb.queries``). A ``BINARY_VECTOR`` collection (binary codes on a server) is
+    searched by Hamming distance and its candidates rescored (the module docstring).
+    """
     from pymilvus import DataType
 
-    check_vector_form(query_codes, "milvus")
     _, where, credential = context_of(client, "milvus")
     described = guarded("milvus", where, credential, lambda: client.describe_collection(collection))
     field = next((f for f in described["fields"] if f["name"] == VECTOR_NAME), None)
     if field is None:
         raise ValueError(f"collection {collection!r} has no vector field {VECTOR_NAME!r}; write it with export_codes")
-    sparse = field["type"] == DataType.SPARSE_FLOAT_VECTOR
-    if not sparse and int(field["params"]["dim"]) != query_codes.dim:
-        raise ValueError(f"query code dim {query_codes.dim} != the collection's vector dim {int(field['params']['dim'])}")
-    params = {"metric_type": "IP", "params": {"drop_ratio_search": 0.0} if sparse else {}}
-    scores = np.full((len(query_codes), top_k), -np.inf, dtype=np.float32)
-    ids = np.full((len(query_codes), top_k), -1, dtype=np.int64)
-    for start, stop in batches(len(query_codes), _QUERY_BATCH):
-        data = _milvus_vectors(query_codes[start:stop], sparse)
-        results = guarded("milvus", where, credential, lambda data=data: client.search(
-            collection, data=data, anns_field=VECTOR_NAME, limit=top_k, search_params=params, output_fields=[ID_FIELD]))
-        for row, hits in enumerate(results, start):
-            scores[row, : len(hits)] = [hit["distance"] for hit in hits]
-            ids[row, : len(hits)] = [int(hit["id"]) for hit in hits]
+    asked = store_queries(queries, "milvus", compressor=compressor, k=k)
+    sparse, bits = field["type"] == DataType.SPARSE_FLOAT_VECTOR, field["type"] == DataType.BINARY_VECTOR
+    width = asked.rows.shape[1]
+    if not sparse and int(field["params"]["dim"]) != (8 * packed_bytes(width) if bits else width):
+        raise ValueError(f"query code dim {width} != the collection's vector dim {int(field['params']['dim'])}: encode "
+                         "the queries at the budget the documents were encoded at (k=)")
+    search = FieldSearch(client, collection, where, credential, top_k, sparse, bits)
+    scores = np.full((len(asked.codes), top_k), -np.inf, dtype=np.float32)
+    ids = np.full((len(asked.codes), top_k), -1, dtype=np.int64)
+    for start, stop in batches(len(asked.codes), _QUERY_BATCH):
+        for row, (found_scores, found_ids) in enumerate(search(asked.rows[start:stop]), start):
+            scores[row, : len(found_ids)] = found_scores + asked.offsets[row]
+            ids[row, : len(found_ids)] = found_ids
     return scores, ids
-
-
-def _milvus_vectors(codes: Codes, sparse: bool) -> list[Any]:
-    """One Milvus vector per row from the kind's ``vector_rows``: for a sparse field a {index: value} dict of the
-    non-zeros, else a float32 row (a sparse form densified; ±1 for binary, the dequantised values for int8)."""
-    rows = codes.vector_rows()
-    if sparse:
-        matrix = sp.csr_matrix(rows, copy=True)
-        matrix.eliminate_zeros()
-        return [dict(zip(matrix.indices[lo:hi].tolist(), matrix.data[lo:hi].astype(float).tolist(), strict=True))
-                for lo, hi in zip(matrix.indptr[:-1], matrix.indptr[1:], strict=True)]
-    dense = rows.toarray() if sp.issparse(rows) else rows
-    return list(dense.astype(np.float32, copy=False))
 
 
 def _lite_version(client: Any) -> tuple[int, ...] | None:

@@ -1,7 +1,12 @@
 """Qdrant: open a client (embedded folder or server URL), write codes as points, search them.
 
-A kind's ``compact_vector_rows`` become the points' vector ``codes``: a sparse vector for a sparse form, else a
-dense vector of the kind's ``compact_vector_dtype`` (float32, or int8's uint8), scored by dot product."""
+A kind's ``vector_rows`` become the points' vector ``codes``, scored by dot product: a sparse vector for a sparse
+form, else a float32 dense vector whose dot product with the query is adaptemb's score. Binary codes (±1) get
+Qdrant's binary quantisation and int8 codes (dequantised) its int8 scalar quantisation: a server keeps that
+1-bit / 1-byte form in RAM, the float32 vectors on disk, and rescores the quantised search's candidates with
+them (the embedded local mode keeps no quantised form and searches the vectors exactly). With ``compact=True``
+the points hold the kind's ``compact_vector_rows`` in its ``compact_vector_dtype`` instead (int8: uint8
+``code + 128``, whose dot product only approximates the dequantised one)."""
 
 from __future__ import annotations
 
@@ -20,12 +25,12 @@ from adaptemb.vectordb.common import (
     BATCH_ROWS,
     VECTOR_NAME,
     batches,
-    check_vector_form,
     fresh_collection,
     is_server,
 )
 from adaptemb.vectordb.credentials import Credential, check_location, resolve_credential, warn_insecure
 from adaptemb.vectordb.guard import context_of, guarded, remember
+from adaptemb.vectordb.queries import QueryCompressor, store_queries
 
 
 def _require_qdrant() -> Any:
@@ -68,8 +73,27 @@ def open_qdrant(location: str, credential: Credential | None, ca_cert: str | os.
     return remember(client, "qdrant", location, credential)
 
 
+QUANTIZED_OVERSAMPLING = 4.0
+"""A quantised collection's search takes this many times ``top_k`` candidates from the quantised vectors and
+rescores them with the float32 ones (Qdrant's ``oversampling``; a server only: local mode searches exactly)."""
+
+
+def _quantization(kind: str) -> Any:
+    """The quantisation Qdrant keeps of a kind's float32 vectors in RAM: 1 bit for binary codes (the float query
+    against the bits, Qdrant's asymmetric 8-bit query encoding), int8 for int8 codes; None for other kinds."""
+    from qdrant_client import models
+
+    if kind == "binary":
+        return models.BinaryQuantization(binary=models.BinaryQuantizationConfig(
+            always_ram=True, query_encoding=models.BinaryQuantizationQueryEncoding.SCALAR8BITS))
+    if kind == "int8":
+        return models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8,
+                                                                               always_ram=True))
+    return None
+
+
 def export_qdrant(codes: Codes, client: Any, collection: str, row_ids: np.ndarray,
-                  payload: Sequence[Mapping[str, Any]] | None, recreate: bool) -> str:
+                  payload: Sequence[Mapping[str, Any]] | None, recreate: bool, compact: bool = False) -> str:
     from qdrant_client import models
 
     fresh_collection(client.collection_exists(collection), recreate, collection,
@@ -79,38 +103,75 @@ def export_qdrant(codes: Codes, client: Any, collection: str, row_ids: np.ndarra
                                  sparse_vectors_config={VECTOR_NAME: models.SparseVectorParams()})
         vector = "sparse vector, dot product"
     else:
-        datatype = models.Datatype(codes.compact_vector_dtype)  # the kind's smallest dense form (int8: uint8)
-        client.create_collection(collection, vectors_config={
-            VECTOR_NAME: models.VectorParams(size=codes.dim, distance=models.Distance.DOT, datatype=datatype)})
+        datatype = models.Datatype(codes.compact_vector_dtype if compact else "float32")
+        quantization = None if compact else _quantization(codes.kind)
+        with warnings.catch_warnings():  # the quantised form's RAM placement: always_ram, on_disk (older servers)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            client.create_collection(collection, vectors_config={VECTOR_NAME: models.VectorParams(
+                size=codes.dim, distance=models.Distance.DOT, datatype=datatype, on_disk=True if quantization is not None else None,
+                quantization_config=quantization)})
         vector = f"{datatype.value.lower()} vector of {codes.dim}, dot product"
+        if quantization is not None:
+            vector += f", {'binary' if codes.kind == 'binary' else 'int8 scalar'} quantisation in RAM (rescored)"
     for start, stop in batches(len(codes), BATCH_ROWS):
+        rows = codes[start:stop]
+        vectors = _qdrant_vectors(rows.compact_vector_rows() if compact else rows.vector_rows())
         points = [models.PointStruct(id=int(row_ids[start + i]), vector={VECTOR_NAME: vector},
                                      payload=None if payload is None else dict(payload[start + i]))
-                  for i, vector in enumerate(_qdrant_vectors(codes[start:stop]))]
+                  for i, vector in enumerate(vectors)]
         client.upsert(collection, points=points, wait=True)
     return vector
 
 
-def search_qdrant(client: Any, collection: str, query_codes: Codes, top_k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-    """(scores, ids), each (n_queries, top_k), of query codes searched in a collection ``export_codes`` wrote."""
-    check_vector_form(query_codes, "qdrant")
-    scores = np.full((len(query_codes), top_k), -np.inf, dtype=np.float32)
-    ids = np.full((len(query_codes), top_k), -1, dtype=np.int64)
+def search_qdrant(client: Any, collection: str, queries: Codes | Any, top_k: int = 10, *,
+                  compressor: QueryCompressor | None = None, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, ids), each (n_queries, top_k), of ``queries`` in a collection ``export_codes`` wrote: adaptemb's
+    scores (a query's offset added) and ids, best first; a query with fewer hits is padded (id -1, score -inf).
+
+    ``queries`` are query codes (``encode_queries`` output, e.g. csr's ``ProjectedQueries`` or a composition's
+    float query), or raw float embeddings with ``compressor`` (the fitted compressor whose codes the collection
+    holds), encoded by its ``encode_queries`` at budget ``k`` (the budget the documents were encoded at; default:
+    the compressor's). Through a compressor the search is refused (``ValueError``) unless Qdrant's scores are the
+    compressor's own (``adaptemb.vectordb.queries``). A quantised collection (binary, int8) is searched with
+    rescoring, ``QUANTIZED_OVERSAMPLING`` times ``top_k`` candidates.
+    """
     _, where, credential = context_of(client, "qdrant")
-    for row, vector in enumerate(_qdrant_vectors(query_codes)):
-        hits = guarded("qdrant", where, credential, lambda vector=vector: client.query_points(
-            collection, query=vector, using=VECTOR_NAME, limit=top_k).points)
-        scores[row, : len(hits)] = [hit.score for hit in hits]
+    # the stored layout matters to a search through a compressor (checked) and to query codes with a compact form
+    layout_matters = compressor is not None or (isinstance(queries, Codes) and queries.compact_vector_dtype != "float32")
+    compact = layout_matters and _stored_compact(client, collection, where, credential)
+    asked = store_queries(queries, "qdrant", compressor=compressor, k=k, compact=compact)
+    search_params = None
+    if not sp.issparse(asked.rows):  # a dense vector: rescore a quantised collection's candidates (others ignore it)
+        from qdrant_client import models
+
+        search_params = models.SearchParams(quantization=models.QuantizationSearchParams(
+            rescore=True, oversampling=QUANTIZED_OVERSAMPLING))
+    scores = np.full((len(asked.codes), top_k), -np.inf, dtype=np.float32)
+    ids = np.full((len(asked.codes), top_k), -1, dtype=np.int64)
+    for row, vector in enumerate(_qdrant_vectors(asked.rows)):
+        with warnings.catch_warnings():  # local mode searches exactly: the rescoring parameters do not apply there
+            warnings.filterwarnings("ignore", message="Local mode performs exact")
+            hits = guarded("qdrant", where, credential, lambda vector=vector: client.query_points(
+                collection, query=vector, using=VECTOR_NAME, limit=top_k, search_params=search_params).points)
+        scores[row, : len(hits)] = [hit.score + float(asked.offsets[row]) for hit in hits]
         ids[row, : len(hits)] = [int(hit.id) for hit in hits]
     return scores, ids
 
 
-def _qdrant_vectors(codes: Codes) -> Iterator[Any]:
-    """One Qdrant vector per row, as ``export_qdrant`` declared the collection: the kind's compact vector rows."""
+def _stored_compact(client: Any, collection: str, where: str, credential: Credential | None) -> bool:
+    """Whether the collection's dense vectors are a compact form (``compact=True``: not float32)."""
+    info = guarded("qdrant", where, credential, lambda: client.get_collection(collection))
+    params = info.config.params.vectors
+    dense = params.get(VECTOR_NAME) if isinstance(params, dict) else None
+    return dense is not None and dense.datatype is not None and dense.datatype.value.lower() != "float32"
+
+
+def _qdrant_vectors(rows: np.ndarray | sp.csr_matrix) -> Iterator[Any]:
+    """One Qdrant vector per row: a sparse vector of a sparse row's non-zeros, else the dense row."""
     from qdrant_client import models
 
-    rows = codes.compact_vector_rows()
     if sp.issparse(rows):
+        rows = sp.csr_matrix(rows)
         for lo, hi in zip(rows.indptr[:-1], rows.indptr[1:], strict=True):
             yield models.SparseVector(indices=rows.indices[lo:hi].tolist(), values=rows.data[lo:hi].astype(float).tolist())
     else:
