@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from adaptemb.budgets import Budgets
 from adaptemb.codes import Codes
 from adaptemb.compose import composed_class  # noqa: F401 - importing it installs the "a+b" composer in the registry
 from adaptemb.compressor import Array
-from adaptemb.errors import CorruptFileError
+from adaptemb.errors import CorruptFileError, InvalidConfigError
 from adaptemb.index.bound import BRUTE_FORCE, CompressedIndex
 from adaptemb.index.brute import ScoreIndex
 from adaptemb.inputs import InputKind, InputSpec
@@ -39,6 +40,7 @@ def fit(
     method: str,
     *,
     k: int | None = None,
+    bytes: int | Sequence[int] | None = None,
     pairs: tuple[Array, Array] | None = None,
     labels: Array | None = None,
     key: str | None = None,
@@ -53,8 +55,10 @@ def fit(
     ``emb`` may be larger than memory: file paths (``key`` names the column or tensor), a list of 2-D arrays
     or a callable returning a fresh iterator of them (see ``Compressor.fit``). ``k`` is the method's budget
     parameter (training budget for learned sparse methods, default encode budget for the others); methods
-    without a budget accept only ``k=None`` or ``k=d``, the same rule as ``encode``. ``pairs``/``labels`` go
-    to methods that learn from them.
+    without a budget accept only ``k=None`` or ``k=d``, the same rule as ``encode``. ``bytes`` (one number or a
+    list): the bytes per vector to fit for, for a method whose config has ``byte_budgets`` (csr: heads trained
+    for the budgets; compositions: the ranks prepared); others refuse it (fit, then ``encode(x, bytes=B)``).
+    ``pairs``/``labels`` go to methods that learn from them.
 
     Integer embeddings you already have come in with ``input_kind``: ``"int8"`` (an int8 array, dequantised as
     ``input_offset + input_scale * x``, defaults 0.0 and 1.0, each a number or one per dimension) or
@@ -71,8 +75,21 @@ def fit(
             Budgets.unbudgeted(width).resolve(k, method)
     elif k is not None:
         params["k"] = k
+    if bytes is not None:
+        if "byte_budgets" not in cls.Config.model_fields:
+            raise InvalidConfigError(f"{method} is not fitted for a byte budget (its config has no byte_budgets); fit "
+                                     f"it, then encode(x, bytes={bytes!r})", parameter="bytes", value=bytes,
+                                     valid=_fitted_for_bytes())
+        params["byte_budgets"] = [bytes] if isinstance(bytes, (int, float)) else list(bytes)
     return cls(**params).fit(emb, pairs=pairs, labels=labels, key=key, input_kind=input_kind, input_scale=input_scale,
                              input_offset=input_offset, input_dim=input_dim)
+
+
+def _fitted_for_bytes() -> str:
+    """The registered methods fitted for byte budgets (their config has ``byte_budgets``), and compositions."""
+    registry = get_registry()
+    names = [name for name in registry.names() if "byte_budgets" in registry.get(name).Config.model_fields]
+    return ", ".join([*names, "compositions (projection+quantizer)"])
 
 
 def compress(

@@ -51,6 +51,13 @@ class CSRModel(nn.Module):
         self.dec_weight = None if tied else nn.Parameter(F.normalize(directions.clone().float(), dim=1))
         self.register_buffer("shift", shift.clone().float())
         self.register_buffer("scale", scale.clone().float())
+        self.query_map: nn.Parameter | None = None
+
+    def add_query_map(self, initial: torch.Tensor | None = None) -> None:
+        """Give queries their own linear map ``q + M q`` (normalised rows; ``M`` starts at zero: the identity), which
+        a supervised fine-tune learns from pairs; documents never pass through it."""
+        dim = self.pre_bias.numel()
+        self.query_map = nn.Parameter(torch.zeros(dim, dim) if initial is None else initial.clone().float())
 
     @classmethod
     def from_state(cls, tensors: dict[str, torch.Tensor], *, normalize: str) -> CSRModel:
@@ -63,6 +70,10 @@ class CSRModel(nn.Module):
             raise ValueError(f"csr enc_bias must have shape ({hidden},); got {tuple(tensors['enc_bias'].shape)}")
         model = cls(weight, tensors["pre_bias"], tied="dec_weight" not in tensors, normalize=normalize,
                     shift=tensors["shift"], scale=tensors["scale"])
+        if "query_map" in tensors:
+            if tensors["query_map"].shape != (weight.shape[1],) * 2:
+                raise ValueError(f"csr query_map must have shape {(weight.shape[1],) * 2}")
+            model.add_query_map(tensors["query_map"])
         with torch.no_grad():
             model.enc_bias.copy_(tensors["enc_bias"])
             if model.dec_weight is not None:
@@ -77,6 +88,8 @@ class CSRModel(nn.Module):
                    "shift": self.shift, "scale": self.scale}
         if self.dec_weight is not None:
             tensors["dec_weight"] = self.dec_weight
+        if self.query_map is not None:
+            tensors["query_map"] = self.query_map
         return {name: t.detach() for name, t in tensors.items()}
 
     @property
@@ -102,6 +115,14 @@ class CSRModel(nn.Module):
         """``W_enc (x − b_pre) + b_enc`` for a batch of normalised rows."""
         return (x - self.pre_bias) @ self.enc_weight.T + self.enc_bias
 
+    def query_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalised query rows through the query map (``x + M x``), or as they are without one."""
+        return x if self.query_map is None else x + x @ self.query_map.T
+
+    def query_pre_activations(self, x: torch.Tensor) -> torch.Tensor:
+        """The encoder pre-activations of normalised query rows, through the query map."""
+        return self.pre_activations(self.query_rows(x))
+
     def sparse_codes(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Values (ReLU'd, descending) and indices of the top-k latents of normalised rows."""
         values, indices = torch.topk(self.pre_activations(x), k, dim=1)
@@ -122,6 +143,7 @@ class CSRModel(nn.Module):
 
     def project_queries(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(W_dec (σ ⊙ q), <q, σ ⊙ b_pre + μ>)``: then ``<q, decode(z)> = <first, z> + second``."""
+        q = self.query_rows(q)
         return (q * self.scale) @ self.decoder.T, q @ (self.pre_bias * self.scale + self.shift)
 
 

@@ -27,6 +27,19 @@ class LossSettings:
     cl_coef: float
     temperature: float
     view_dropout: float
+    group_coef: float = 0.0
+    """Weight of the asymmetric group loss (supervised fine-tune; 0: off): see ``group_loss``."""
+    group_temperature: float = 0.05
+    k_start: int = 0
+    """k annealing: the first training step keeps ``k_start`` latents (0: ``k`` throughout) ..."""
+    anneal_steps: int = 0
+    """... and k falls linearly to ``k`` over this many steps; evaluation always uses ``k``."""
+
+    def k_at(self, step: int) -> int:
+        """The active latents a training step keeps: ``k_start`` falling linearly to ``k`` over ``anneal_steps``."""
+        if self.k_start <= self.k or step >= self.anneal_steps:
+            return self.k
+        return round(self.k_start - (self.k_start - self.k) * step / max(self.anneal_steps, 1))
 
 
 def row_relative_mse(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -47,23 +60,27 @@ class CSRObjective(nn.Module):
 
     def training_loss(self, batch: Sequence[torch.Tensor], step: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """L(k) + c·L(m·k) + β·aux-k + γ·NCL for a batch ``(x, partner, group)`` of normalised rows."""
-        x, partner, group = batch
+        x, partner, group = batch[:3]
         s, model = self.losses, self.model
+        k = s.k_at(step) if self.training else s.k
         pre = model.pre_activations(x)
-        wide = min(s.k * s.multi_k_factor, pre.shape[1])
+        wide = min(k * s.multi_k_factor, pre.shape[1])
         values, indices = torch.topk(pre, wide, dim=1)
         values = torch.relu(values)
-        x_k = model.decode_sparse(indices[:, : s.k], values[:, : s.k]) + model.pre_bias
-        x_wide = x_k + model.decode_sparse(indices[:, s.k :], values[:, s.k :]) if wide > s.k else x_k
+        x_k = model.decode_sparse(indices[:, :k], values[:, :k]) + model.pre_bias
+        x_wide = x_k + model.decode_sparse(indices[:, k:], values[:, k:]) if wide > k else x_k
         parts = {"recon_k": row_relative_mse(x_k, x), "recon_multi_k": row_relative_mse(x_wide, x)}
         parts["aux"] = self._aux_loss(pre, x - x_k.detach().float())
-        z_k = torch.zeros_like(pre).scatter(1, indices[:, : s.k], values[:, : s.k])
-        parts["contrastive"] = self._contrastive_loss(x, z_k, partner, group)
+        z_k = torch.zeros_like(pre).scatter(1, indices[:, :k], values[:, :k])
+        parts["contrastive"] = self._contrastive_loss(x, z_k, partner, group, k)
+        if s.group_coef:
+            weight = batch[3] if len(batch) > 3 else torch.ones(len(x), device=x.device)
+            parts["group"] = self.group_loss(pre, x, z_k, partner, group, weight, k)
         if self.training:
-            self._update_dead(indices[:, : s.k], values[:, : s.k])
+            self._update_dead(indices[:, :k], values[:, :k])
         total = (
             parts["recon_k"] + s.multi_k_coef * parts["recon_multi_k"]
-            + s.aux_coef * parts["aux"] + s.cl_coef * parts["contrastive"]
+            + s.aux_coef * parts["aux"] + s.cl_coef * parts["contrastive"] + s.group_coef * parts.get("group", 0.0)
         )
         parts["dead_fraction"] = self.dead_mask().float().mean()
         return total, parts
@@ -86,8 +103,8 @@ class CSRObjective(nn.Module):
             indices = dead_ids.expand(len(pre), -1)
         return normalized_mse(self.model.decode_sparse(indices, torch.relu(values)), residual)
 
-    def _contrastive_loss(self, x: torch.Tensor, z_k: torch.Tensor, partner: torch.Tensor,
-                          group: torch.Tensor) -> torch.Tensor:
+    def _contrastive_loss(self, x: torch.Tensor, z_k: torch.Tensor, partner: torch.Tensor, group: torch.Tensor,
+                          k: int) -> torch.Tensor:
         """NCL: InfoNCE between the codes of ``x`` and of a view of its partner (same group = positive)."""
         if self.losses.cl_coef == 0:
             return z_k.new_zeros((), dtype=torch.float32)
@@ -95,9 +112,26 @@ class CSRObjective(nn.Module):
         if self.losses.view_dropout == 0 and torch.equal(partner, x):
             return info_nce(z_k, z_k, self.losses.temperature, positives=positives)  # the identical pass
         view = F.dropout(partner, p=self.losses.view_dropout, training=True) if self.losses.view_dropout else partner
-        values, indices = torch.topk(self.model.pre_activations(view), self.losses.k, dim=1)
+        values, indices = torch.topk(self.model.pre_activations(view), k, dim=1)
         keys = torch.zeros_like(z_k).scatter(1, indices, torch.relu(values))
         return info_nce(z_k, keys, self.losses.temperature, positives=positives)
+
+    def group_loss(self, pre: torch.Tensor, x: torch.Tensor, z_k: torch.Tensor, partner: torch.Tensor,
+                   group: torch.Tensor, weight: torch.Tensor, k: int) -> torch.Tensor:
+        """The loss of the codes as they are searched: each row's query form (its encoder pre-activations) against
+        the k-sparse codes of every partner in the batch, ``<pre(x_i), z(p_j)> / τ``, InfoNCE with the rows of
+        ``x_i``'s group as positives (a query and its relevant documents share a group; an unpaired row is its own
+        partner, alone in its group), weighted per anchor (pairs weigh ``weight``)."""
+        if torch.equal(partner, x):
+            keys = z_k
+        else:
+            values, indices = torch.topk(self.model.pre_activations(partner), k, dim=1)
+            keys = torch.zeros_like(z_k).scatter(1, indices, torch.relu(values))
+        anchors = pre if self.model.query_map is None else self.model.query_pre_activations(x)
+        logits = anchors.float() @ keys.float().T / self.losses.group_temperature
+        positives = group[:, None] == group[None, :]
+        per_row = torch.logsumexp(logits, dim=1) - torch.logsumexp(logits.masked_fill(~positives, float("-inf")), dim=1)
+        return (per_row * weight).sum() / weight.sum()
 
     @torch.no_grad()
     def _update_dead(self, indices: torch.Tensor, values: torch.Tensor) -> None:

@@ -133,10 +133,19 @@ class ValueTables:
                 bits[int(k)] = int(own[own[:, 3] >= own[:, 3].max() - RECALL_TOLERANCE, 1].min())
         return bits
 
-    def budget_for_bytes(self, nbytes: float) -> int | None:
-        """The grid k of the best held-out recall whose code (at its ``value_bits``) fits ``nbytes``; None if none fits."""
-        rows = [row for row in self.choices.tolist() if row[1] == self.bits_by_k[int(row[0])] and row[2] <= nbytes]
+    def budget_for_bytes(self, nbytes: float, keep: Callable[[int], bool] | None = None) -> int | None:
+        """The grid k of the best held-out recall whose code (at its ``value_bits``) fits ``nbytes``, among the k
+        that ``keep`` accepts (default: all); None if none fits."""
+        rows = self._within(nbytes, keep)
         return None if not rows else int(max(rows, key=lambda row: (row[3], -row[0]))[0])
+
+    def recall_within(self, nbytes: float, keep: Callable[[int], bool] | None = None) -> float:
+        """The best held-out recall@10 of a code that fits ``nbytes`` (among the k ``keep`` accepts); -1 if none."""
+        return max((row[3] for row in self._within(nbytes, keep)), default=-1.0)
+
+    def _within(self, nbytes: float, keep: Callable[[int], bool] | None) -> list[list[float]]:
+        return [row for row in self.choices.tolist() if row[1] == self.bits_by_k[int(row[0])] and row[2] <= nbytes
+                and (keep is None or keep(int(row[0])))]
 
     def rows(self) -> list[dict[str, float]]:
         """The choice table as rows (k, value_bits, bytes, recall@10, chosen: the k's own value bits)."""

@@ -117,6 +117,11 @@ def test_supervision_lowers_contrastive_loss(data, kind: str) -> None:
     compressor = adaptemb.fit(x, "csr", **{**SMALL, "epochs": 5}, **supervision)
     before, after = _contrastive_drop(compressor)
     assert after < before
+    supervised = compressor.fit_report["extra"].get("supervised")
+    assert (supervised is None) == (kind == "views")
+    if supervised is not None:  # the fine-tune keeps its best held-out state, the unsupervised one included
+        assert supervised["held_out_queries"] > 0
+        assert supervised["held_out_mrr_after"] >= supervised["held_out_mrr_before"]
 
 
 def test_compress_passes_supervision(data) -> None:
@@ -261,3 +266,59 @@ def test_info_shows_the_choice_table(fitted, tmp_path) -> None:
     bits = fitted.value_bits(4)
     assert f'{{"k": 4, "value_bits": {bits}, "bytes": {-(-4 * (7 + bits) // 8)}, "recall@10": ' in output
 
+
+
+def test_k_anneals_linearly_to_its_target_then_holds() -> None:
+    from adaptemb_plugins.csr_objective import LossSettings
+
+    settings = LossSettings(k=4, multi_k_factor=4, multi_k_coef=0.125, k_aux=16, aux_coef=0.03, dead_steps=50,
+                            cl_coef=1.0, temperature=0.2, view_dropout=0.0, k_start=64, anneal_steps=100)
+    assert [settings.k_at(step) for step in (0, 25, 50, 99, 100, 1000)] == [64, 49, 34, 5, 4, 4]
+    still = LossSettings(**{**settings.__dict__, "k_start": 0})
+    assert {still.k_at(step) for step in (0, 50, 100)} == {4}
+
+
+def test_heads_fitted_for_byte_budgets(data, tmp_path) -> None:
+    x = _clustered(n=3000, d=32, classes=16)[0]
+    params = {**SMALL, "hidden": 128, "k": 16, "epochs": 2, "head_epochs": 2}
+    compressor = adaptemb.fit(x, "csr", bytes=[6, 10, 40], **params)
+    reports = {entry["bytes"]: entry for entry in compressor.fit_report["extra"]["heads"]}
+    assert set(reports) == {6, 10, 40}
+    assert reports[40]["k"] >= 16 and not reports[40]["kept"] and "main fit" in reports[40]["why"]
+    for nbytes in (6, 10):  # k of the packed code at 2-bit values: 8 B / (8 index bits + 2)
+        entry = reports[nbytes]
+        assert entry["k"] == 8 * nbytes // 10
+        assert entry["kept"] == (entry["held_out_recall@10"] > entry["main_fit_recall@10"])
+        assert {"dead_fraction_before", "dead_fraction_after", "seconds"} <= set(entry)
+    for nbytes in (6, 10, 16, 40):
+        assert compressor.encode(x, bytes=nbytes).bytes_per_vector <= nbytes
+    loaded = adaptemb.load(compressor.save(tmp_path / "heads.safetensors"))
+    for nbytes in (6, 10, 40):
+        assert_same_codes(compressor.encode(x, bytes=nbytes), loaded.encode(x, bytes=nbytes))
+        docs = loaded.encode(x, bytes=nbytes)
+        np.testing.assert_array_equal(compressor.index(docs).search(x[:20], 5)[1], loaded.index(docs).search(x[:20], 5)[1])
+
+
+def test_fit_for_bytes_needs_a_method_that_does() -> None:
+    x = _clustered()[0]
+    with pytest.raises(adaptemb.InvalidConfigError, match="svd is not fitted for a byte budget"):
+        adaptemb.fit(x, "svd", bytes=16)
+    with pytest.raises(adaptemb.InvalidConfigError, match="byte_budgets must be whole numbers"):
+        adaptemb.fit(x, "csr", bytes=[0], **SMALL)
+
+
+def test_pairs_learn_a_query_map_that_is_saved(data, tmp_path) -> None:
+    x, _ = data
+    rng = np.random.default_rng(3)
+    shift = rng.normal(size=(1, x.shape[1])).astype(np.float32)  # queries live elsewhere than their documents
+    queries = x[:200] + 0.5 * shift + 0.05 * rng.normal(size=(200, x.shape[1])).astype(np.float32)
+    compressor = adaptemb.fit(x, "csr", pairs=(queries, x[:200]), **{**SMALL, "epochs": 3})
+    supervised = compressor.fit_report["extra"]["supervised"]
+    assert supervised["held_out_queries"] == 40
+    loaded = adaptemb.load(compressor.save(tmp_path / "pairs.safetensors"))
+    np.testing.assert_allclose(compressor.encode_queries(queries[:10]).values, loaded.encode_queries(queries[:10]).values)
+    without = adaptemb.fit(x, "csr", **{**SMALL, "epochs": 3})
+    docs = compressor.encode(x)
+    found = compressor.index(docs).search(queries, 1)[1][:, 0]
+    found_without = without.index(without.encode(x)).search(queries, 1)[1][:, 0]
+    assert (found == np.arange(200)).mean() >= (found_without == np.arange(200)).mean()

@@ -238,6 +238,8 @@ def _fitted_budgets(name: str, ctx: RunContext) -> list[tuple[Compressor, int | 
     params: dict[str, Any] = {"seed": ctx.config.seed}
     if "progress" in get_registry().get(name).Config.model_fields:
         params["progress"] = ctx.config.fit_progress
+    if ctx.config.bytes is not None and "byte_budgets" in get_registry().get(name).Config.model_fields:
+        params["byte_budgets"] = list(ctx.config.bytes)  # fitted for the budgets it is benched at (fit(bytes=...))
     params.update(ctx.config.method_params.get(name, {}))
     compressor = get_compressor(name, **params)
     ctx.progress(f"{name}: fit on {len(ctx.corpus):,} × {ctx.corpus.shape[1]}")

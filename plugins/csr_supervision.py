@@ -1,0 +1,80 @@
+"""csr's supervised stage: labelled pairs or labels fine-tune an unsupervised fit for retrieval as it is searched.
+
+A fit with ``pairs`` (query, relevant document) or ``labels`` first trains without them (the unsupervised fit),
+then fine-tunes that model with the asymmetric group loss (``CSRObjective.group_loss``): each row's query form
+against the k-sparse codes of every row in the batch, the rows of its group positive. Groups: a query and its
+document share one; with labels, corpus rows of one label share one; any other row is alone in its own. A seeded
+share of the pairs (or labelled rows) is held out: the fine-tune is measured on them (mean reciprocal rank of
+the first relevant row among a pool of held-out documents and corpus rows) before its first step and after each
+epoch, and keeps the best state, so the unsupervised model is kept when the pairs do not help on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+POOL_ROWS = 4096
+"""Corpus rows the held-out queries are ranked among, besides the held-out documents."""
+MIN_HELD_OUT = 16
+"""Fewer held-out queries than this measure nothing reliable: the fine-tune then runs all its epochs."""
+
+
+@dataclass(frozen=True)
+class GroupRows:
+    """The fine-tune's training rows (``rows``: anchors, ``partners``: their keys, ``groups``, ``weights``) and the
+    held-out queries with their pool of documents and group ids (empty where nothing is held out)."""
+
+    rows: torch.Tensor
+    partners: torch.Tensor
+    groups: torch.Tensor
+    weights: torch.Tensor
+    held_queries: torch.Tensor
+    held_groups: torch.Tensor
+    pool: torch.Tensor
+    pool_groups: torch.Tensor
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.rows, self.partners, self.groups, self.weights]
+
+
+def group_rows(x: torch.Tensor, pairs: tuple[torch.Tensor, torch.Tensor] | None, labels: torch.Tensor | None,
+               held_out: float, pair_weight: float, generator: torch.Generator) -> GroupRows:
+    """Training rows and the held-out measurement of normalised corpus rows ``x`` and normalised ``pairs``."""
+    n = len(x)
+    corpus_groups = labels.long() if labels is not None else torch.arange(n)
+    if pairs is not None:
+        queries, docs = pairs
+        order = torch.randperm(len(queries), generator=generator)
+        cut = round(held_out * len(queries))
+        held, kept = order[:cut], order[cut:]
+        offset = int(corpus_groups.max()) + 1 if n else 0
+        pool_rows = torch.randperm(n, generator=generator)[:POOL_ROWS]
+        return GroupRows(
+            rows=torch.cat([x, queries[kept]]), partners=torch.cat([x, docs[kept]]),
+            groups=torch.cat([corpus_groups, offset + kept]),
+            weights=torch.cat([torch.ones(n), torch.full((len(kept),), pair_weight)]),
+            held_queries=queries[held], held_groups=offset + held,
+            pool=torch.cat([docs[held], x[pool_rows]]), pool_groups=torch.cat([offset + held, torch.full((len(pool_rows),), -1)]))
+    order = torch.randperm(n, generator=generator)
+    cut = round(held_out * n) if labels is not None else 0
+    held, kept = order[:cut], order[cut:].sort().values
+    pool_rows = kept[torch.randperm(len(kept), generator=generator)[:POOL_ROWS]]
+    return GroupRows(rows=x[kept], partners=x[kept], groups=corpus_groups[kept], weights=torch.ones(len(kept)),
+                     held_queries=x[held], held_groups=corpus_groups[held], pool=x[pool_rows],
+                     pool_groups=corpus_groups[pool_rows])
+
+
+def held_out_mrr(scores: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], data: GroupRows) -> float:
+    """Mean reciprocal rank of each held-out query's first same-group row of the pool, scored by
+    ``scores(queries, pool)`` ((queries, pool) matrix)."""
+    if len(data.held_queries) == 0:
+        return 0.0
+    s = scores(data.held_queries, data.pool)
+    relevant = data.held_groups[:, None] == data.pool_groups[None, :]
+    best_relevant = s.masked_fill(~relevant, float("-inf")).max(dim=1, keepdim=True).values
+    rank = 1 + (s > best_relevant).sum(dim=1)
+    found = relevant.any(dim=1)
+    return float(torch.where(found, 1.0 / rank.float(), torch.zeros_like(rank, dtype=torch.float)).mean())
