@@ -16,25 +16,16 @@ import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
+from vectordb_support import in_memory, needs_milvus, needs_qdrant, opened
 
 import adaptemb
 from adaptemb.cli import app
 from adaptemb.codes import BinaryCodes
 from adaptemb.compose.export import refusal
 from adaptemb.datasets import load_dataset
-from adaptemb.vectordb import (
-    export_codes,
-    milvus_client,
-    qdrant_client,
-    release_milvus_lite,
-    search_milvus,
-    search_qdrant,
-)
+from adaptemb.vectordb import export_codes, search_milvus, search_qdrant
 
 DOCS, QUERIES = 2_000, 60  # Qdrant's local mode scores sparse vectors in Python: keep it small
-needs_qdrant = pytest.mark.skipif(importlib.util.find_spec("qdrant_client") is None, reason="needs qdrant-client")
-needs_milvus = pytest.mark.skipif(importlib.util.find_spec("pymilvus") is None or importlib.util.find_spec("milvus_lite") is None,
-                                  reason="needs pymilvus and milvus-lite")
 needs_onnx = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("onnx", "onnxruntime", "onnxscript")),
                                 reason="needs onnx, onnxruntime and onnxscript")
 
@@ -191,31 +182,24 @@ def test_a_backbone_and_a_composition_export_as_one_graph(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-@needs_qdrant
-@needs_milvus
+@pytest.mark.parametrize("store", [pytest.param("qdrant", marks=needs_qdrant), pytest.param("milvus", marks=needs_milvus)])
 @pytest.mark.parametrize("method", ["svd+binary", "svd+int8", "csr"])
-def test_store_search_through_the_compressor_agrees_with_the_index(method: str, real: Any, folder: Path) -> None:
-    """Documents exported into Qdrant (a local folder) and Milvus Lite (a .db file), searched with raw float
+def test_store_search_through_the_compressor_agrees_with_the_index(method: str, store: str, real: Any,
+                                                                   folder: Path) -> None:
+    """Documents exported into Qdrant (a local folder) or Milvus Lite (a .db file), searched with raw float
     queries through the compressor (a composition's rotated float query; csr's asymmetric query vector)."""
     docs, queries = real
     comp = fitted(method, docs)
     codes = comp.encode(docs)
     expected_scores, expected_ids = comp.index(codes).search(queries, 10)
-    qdrant_folder, db = str(folder / "qdrant"), str(folder / "milvus" / "codes.db")
-    export_codes(codes, to="qdrant", location=qdrant_folder)
-    export_codes(codes, to="milvus", location=db)
-    qdrant, milvus = qdrant_client(qdrant_folder), milvus_client(db)
-    try:
-        found = {"qdrant": search_qdrant(qdrant, "adaptemb", queries, 10, compressor=comp),
-                 "milvus": search_milvus(milvus, "adaptemb", queries, 10, compressor=comp)}
-    finally:
-        qdrant.close()
-        milvus.close()
-        release_milvus_lite(db)
-    for store, (scores, ids) in found.items():
-        measured = agreement(ids, expected_ids)
-        assert measured >= AGREEMENT_FLOORS[(method, store)], (store, measured)
-        np.testing.assert_allclose(scores, expected_scores, rtol=1e-4, atol=1e-4)  # adaptemb's scores, offsets added
+    location = str(folder / "qdrant") if store == "qdrant" else str(folder / "milvus" / "codes.db")
+    export_codes(codes, to=store, location=location)
+    search = search_qdrant if store == "qdrant" else search_milvus
+    with opened(store, location) as client:
+        scores, ids = search(client, "adaptemb", queries, 10, compressor=comp)
+    measured = agreement(ids, expected_ids)
+    assert measured >= AGREEMENT_FLOORS[(method, store)], measured
+    np.testing.assert_allclose(scores, expected_scores, rtol=1e-4, atol=1e-4)  # adaptemb's scores, offsets added
 
 
 @needs_qdrant
@@ -227,8 +211,7 @@ def test_compact_int8_in_qdrant_only_approximates_and_a_compressor_search_refuse
     for method, ceiling in (("int8", 0.7), ("svd+int8", 0.3)):
         comp = fitted(method, docs)
         codes = comp.encode(docs[:800])
-        client = qdrant_client(":memory:")
-        export_codes(codes, location=client, compact=True)
+        client = in_memory(codes, compact=True)
         _, ids = search_qdrant(client, "adaptemb", comp.encode_queries(queries[:20]), 10)
         assert agreement(ids, comp.index(codes).search(queries[:20], 10)[1]) < ceiling, method
         with pytest.raises(ValueError, match=f"Qdrant would not rank as {re.escape(method)} does.*compact=True"):
@@ -241,8 +224,7 @@ def test_a_method_the_store_cannot_score_is_refused(real: Any) -> None:
     vector form at all; a search through a compressor takes raw embeddings."""
     docs, queries = real
     bsa = fitted("bsa", docs)
-    client = qdrant_client(":memory:")
-    export_codes(bsa.encode(docs[:300]), location=client)
+    client = in_memory(bsa.encode(docs[:300]))
     with pytest.raises(ValueError, match="Qdrant would not rank as bsa does"):
         search_qdrant(client, "adaptemb", queries[:5], 10, compressor=bsa)
     rabitq = fitted("svd+rabitq", docs)
@@ -270,9 +252,8 @@ def test_cli_exports_composed_shards(real: Any, tmp_path: Path, folder: Path) ->
                                "--out", str(tmp_path / "codes"), "--shard-rows", "200"]).exit_code == 0
     result = runner.invoke(app, ["export-codes", "--codes", str(tmp_path / "codes"), "--location", str(folder / "db")])
     assert result.exit_code == 0 and "wrote 500 binary codes into qdrant" in result.output, result.output
-    client = qdrant_client(str(folder / "db"))
-    _, ids = search_qdrant(client, "adaptemb", queries[:20], 10, compressor=adaptemb.load(model))
-    client.close()
+    with opened("qdrant", str(folder / "db")) as client:
+        _, ids = search_qdrant(client, "adaptemb", queries[:20], 10, compressor=adaptemb.load(model))
     assert agreement(ids, comp.index(comp.encode(docs[:500])).search(queries[:20], 10)[1]) >= 0.97
 
 

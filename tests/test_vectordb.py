@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from typer.testing import CliRunner
+from vectordb_support import in_memory, needs_milvus, needs_qdrant
 
 import adaptemb
 from adaptemb.cli import app
@@ -30,9 +31,6 @@ from adaptemb.vectordb import (
 )
 
 DOCS, QUERIES = 600, 25  # Qdrant's local mode scores by brute force in Python: keep it small
-needs_qdrant = pytest.mark.skipif(importlib.util.find_spec("qdrant_client") is None, reason="needs qdrant-client")
-needs_milvus = pytest.mark.skipif(importlib.util.find_spec("pymilvus") is None or importlib.util.find_spec("milvus_lite") is None,
-                                  reason="needs pymilvus and milvus-lite")
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +43,6 @@ def data() -> tuple[np.ndarray, np.ndarray]:
 
 def fitted(method: str, docs: np.ndarray) -> adaptemb.Compressor:
     return adaptemb.fit(docs, method, **adaptemb.get_registry().get(method).test_params)
-
-
-def in_memory(codes: adaptemb.Codes) -> Any:
-    """An in-memory Qdrant holding ``codes`` (a client this process keeps and searches)."""
-    client = qdrant_client(":memory:")
-    export_codes(codes, location=client)
-    return client
 
 
 @needs_qdrant

@@ -32,7 +32,7 @@ from adaptemb.vectordb.common import (
 from adaptemb.vectordb.credentials import Credential, check_location, resolve_credential, warn_insecure
 from adaptemb.vectordb.guard import context_of, guarded, remember
 from adaptemb.vectordb.milvus_rows import FieldSearch, balance_ceiling, document_values, packed_bytes
-from adaptemb.vectordb.queries import QueryCompressor, store_queries
+from adaptemb.vectordb.queries import QueryCompressor, ranked_results, store_queries
 
 _QUERY_BATCH = 100  # Milvus: query vectors per search request
 _LITE_SPARSE_IP = (3, 2, 2)  # the first Milvus Lite that scores SPARSE_FLOAT_VECTOR by IP, not BM25
@@ -171,15 +171,11 @@ def export_milvus(codes: Codes, client: Any, collection: str, row_ids: np.ndarra
 
 def search_milvus(client: Any, collection: str, queries: Codes | Any, top_k: int = 10, *,
                   compressor: QueryCompressor | None = None, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(scores, ids), each (n_queries, top_k), of ``queries`` in a collection ``export_codes`` wrote: adaptemb's
-    scores (a query's offset added) and ids, best first; a query with fewer hits is padded (id -1, score -inf).
-
-    ``queries`` are query codes (``encode_queries`` output, e.g. csr's ``ProjectedQueries`` or a composition's
-    float query), or raw float embeddings with ``compressor`` (the fitted compressor whose codes the collection
-    holds), encoded by its ``encode_queries`` at budget ``k`` (the budget the documents were encoded at; default:
-    the compressor's). Through a compressor the search is refused (``ValueError``) unless Milvus' scores are the
-    compressor's own (``adaptemb.vectordb.queries``). A ``BINARY_VECTOR`` collection (binary codes on a server) is
-    searched by Hamming distance and its candidates rescored (the module docstring).
+    """(scores, ids) of ``queries`` in a Milvus collection ``export_codes`` wrote, as ``Index.search`` returns them
+    (``ranked_results``). ``queries``, ``compressor`` and ``k`` are those of ``store_queries``, as for
+    ``search_qdrant``; the search through a compressor is refused (``ValueError``) unless Milvus' scores are the
+    compressor's own. A ``BINARY_VECTOR`` collection (binary codes on a server) is searched by Hamming distance and
+    its candidates rescored (the module docstring).
     """
     from pymilvus import DataType
 
@@ -195,13 +191,8 @@ def search_milvus(client: Any, collection: str, queries: Codes | Any, top_k: int
         raise ValueError(f"query code dim {width} != the collection's vector dim {int(field['params']['dim'])}: encode "
                          "the queries at the budget the documents were encoded at (k=)")
     search = FieldSearch(client, collection, where, credential, top_k, sparse, bits)
-    scores = np.full((len(asked.codes), top_k), -np.inf, dtype=np.float32)
-    ids = np.full((len(asked.codes), top_k), -1, dtype=np.int64)
-    for start, stop in batches(len(asked.codes), _QUERY_BATCH):
-        for row, (found_scores, found_ids) in enumerate(search(asked.rows[start:stop]), start):
-            scores[row, : len(found_ids)] = found_scores + asked.offsets[row]
-            ids[row, : len(found_ids)] = found_ids
-    return scores, ids
+    hits = (found for start, stop in batches(len(asked.codes), _QUERY_BATCH) for found in search(asked.rows[start:stop]))
+    return ranked_results(asked, top_k, hits)
 
 
 def _lite_version(client: Any) -> tuple[int, ...] | None:

@@ -30,7 +30,7 @@ from adaptemb.vectordb.common import (
 )
 from adaptemb.vectordb.credentials import Credential, check_location, resolve_credential, warn_insecure
 from adaptemb.vectordb.guard import context_of, guarded, remember
-from adaptemb.vectordb.queries import QueryCompressor, store_queries
+from adaptemb.vectordb.queries import QueryCompressor, ranked_results, store_queries
 
 
 def _require_qdrant() -> Any:
@@ -125,15 +125,11 @@ def export_qdrant(codes: Codes, client: Any, collection: str, row_ids: np.ndarra
 
 def search_qdrant(client: Any, collection: str, queries: Codes | Any, top_k: int = 10, *,
                   compressor: QueryCompressor | None = None, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(scores, ids), each (n_queries, top_k), of ``queries`` in a collection ``export_codes`` wrote: adaptemb's
-    scores (a query's offset added) and ids, best first; a query with fewer hits is padded (id -1, score -inf).
-
-    ``queries`` are query codes (``encode_queries`` output, e.g. csr's ``ProjectedQueries`` or a composition's
-    float query), or raw float embeddings with ``compressor`` (the fitted compressor whose codes the collection
-    holds), encoded by its ``encode_queries`` at budget ``k`` (the budget the documents were encoded at; default:
-    the compressor's). Through a compressor the search is refused (``ValueError``) unless Qdrant's scores are the
-    compressor's own (``adaptemb.vectordb.queries``). A quantised collection (binary, int8) is searched with
-    rescoring, ``QUANTIZED_OVERSAMPLING`` times ``top_k`` candidates.
+    """(scores, ids) of ``queries`` in a Qdrant collection ``export_codes`` wrote, as ``Index.search`` returns them
+    (``ranked_results``). ``queries``, ``compressor`` and ``k`` are those of ``store_queries``: query codes, or raw
+    float embeddings that the fitted ``compressor`` encodes at budget ``k`` (the documents' budget), the search
+    refused (``ValueError``) unless Qdrant's scores are the compressor's own. A quantised collection (binary, int8)
+    is searched with rescoring, ``QUANTIZED_OVERSAMPLING`` times ``top_k`` candidates.
     """
     _, where, credential = context_of(client, "qdrant")
     # the stored layout matters to a search through a compressor (checked) and to query codes with a compact form
@@ -146,16 +142,16 @@ def search_qdrant(client: Any, collection: str, queries: Codes | Any, top_k: int
 
         search_params = models.SearchParams(quantization=models.QuantizationSearchParams(
             rescore=True, oversampling=QUANTIZED_OVERSAMPLING))
-    scores = np.full((len(asked.codes), top_k), -np.inf, dtype=np.float32)
-    ids = np.full((len(asked.codes), top_k), -1, dtype=np.int64)
-    for row, vector in enumerate(_qdrant_vectors(asked.rows)):
-        with warnings.catch_warnings():  # local mode searches exactly: the rescoring parameters do not apply there
-            warnings.filterwarnings("ignore", message="Local mode performs exact")
-            hits = guarded("qdrant", where, credential, lambda vector=vector: client.query_points(
-                collection, query=vector, using=VECTOR_NAME, limit=top_k, search_params=search_params).points)
-        scores[row, : len(hits)] = [hit.score + float(asked.offsets[row]) for hit in hits]
-        ids[row, : len(hits)] = [int(hit.id) for hit in hits]
-    return scores, ids
+
+    def hits() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for vector in _qdrant_vectors(asked.rows):
+            with warnings.catch_warnings():  # local mode searches exactly: the rescoring parameters do not apply there
+                warnings.filterwarnings("ignore", message="Local mode performs exact")
+                points = guarded("qdrant", where, credential, lambda vector=vector: client.query_points(
+                    collection, query=vector, using=VECTOR_NAME, limit=top_k, search_params=search_params).points)
+            yield np.array([point.score for point in points], np.float64), np.array([int(point.id) for point in points])
+
+    return ranked_results(asked, top_k, hits())
 
 
 def _stored_compact(client: Any, collection: str, where: str, credential: Credential | None) -> bool:

@@ -15,6 +15,7 @@ search through the compressor ranks as ``compressor.index(codes).search(queries)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -66,8 +67,10 @@ def query_rows(codes: Codes, to: str, compact: bool = False) -> tuple[np.ndarray
 
 def store_queries(queries: Codes | Any, to: str, *, compressor: QueryCompressor | None = None, k: int | None = None,
                   compact: bool = False) -> StoreQueries:
-    """``queries`` (query codes; or raw float embeddings with ``compressor``, encoded by its ``encode_queries`` at
-    budget ``k``) as ``StoreQueries`` for database ``to``. Through a compressor the store's scores are checked
+    """``queries`` as ``StoreQueries`` for database ``to``: query codes (``encode_queries`` output, e.g. csr's
+    ``ProjectedQueries`` or a composition's float query), or raw float embeddings with ``compressor`` (the fitted
+    compressor whose codes the collection holds), encoded by its ``encode_queries`` at budget ``k`` (the budget the
+    documents were encoded at; default: the compressor's). Through a compressor the store's scores are checked
     first (see the module docstring); ``ValueError`` when they are not the compressor's."""
     if compressor is None:
         if not isinstance(queries, Codes):
@@ -80,6 +83,19 @@ def store_queries(queries: Codes | Any, to: str, *, compressor: QueryCompressor 
     rows, offsets = query_rows(codes, to, compact)
     _check_scores(compressor, queries, codes, rows, offsets, to, k, compact)
     return StoreQueries(codes, rows, offsets)
+
+
+def ranked_results(asked: StoreQueries, top_k: int,
+                   hits: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, ids), each (n_queries, top_k), as ``Index.search`` returns them, from the store's hits of each of
+    the ``asked`` queries in turn ((scores, ids), best first): a query's offset added to its scores, and a query
+    with fewer than ``top_k`` hits padded (id -1, score -inf)."""
+    scores = np.full((len(asked.codes), top_k), -np.inf, dtype=np.float32)
+    ids = np.full((len(asked.codes), top_k), -1, dtype=np.int64)
+    for row, (found_scores, found_ids) in enumerate(hits):
+        scores[row, : len(found_ids)] = found_scores + asked.offsets[row]
+        ids[row, : len(found_ids)] = found_ids
+    return scores, ids
 
 
 def _check_scores(compressor: QueryCompressor, queries: Any, codes: Codes, rows: np.ndarray | sp.csr_matrix,
