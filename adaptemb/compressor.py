@@ -130,10 +130,10 @@ class CompressorCore(Capabilities, ABC):
         where it has one: ``natural_budget``), ``batch_size`` rows at a time, through the method's ``_encode``.
 
         ``bytes``: instead of ``k``, the largest budget whose codes take at most this many bytes per vector
-        (``budget_for_bytes``). ``input_kind`` / ``input_scale`` / ``input_offset`` / ``input_dim`` read integer
+        (``budget_within_bytes``). ``input_kind`` / ``input_scale`` / ``input_offset`` / ``input_dim`` read integer
         embeddings as ``fit`` does."""
         if bytes is not None:
-            k = self._budget_within_bytes(bytes, k)
+            k = self.budget_within_bytes(bytes, k)
         spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
         rows, kept = _as_given(self, x, spec, "embeddings", k, keep=True)
         if kept is not None:
@@ -186,9 +186,11 @@ class CompressorCore(Capabilities, ABC):
             sample, name="sample", dim=self.dim)
         return largest_budget_within(nbytes, options, lambda k: self.encode(rows, k=k).bytes_per_vector)
 
-    def _budget_within_bytes(self, nbytes: float, k: int | None) -> int:
-        """``budget_for_bytes(nbytes)`` for ``encode(x, bytes=nbytes)``; an ``InvalidConfigError`` when ``k`` is given
-        too, when ``nbytes`` is not a positive number or when no budget fits it (naming the smallest code's size)."""
+    def budget_within_bytes(self, nbytes: float, k: int | None = None) -> int:
+        """The budget ``encode(x, bytes=nbytes)`` encodes at: ``budget_for_bytes(nbytes)`` (the mapping a method may
+        override, None where nothing fits), checked; ``encode``, ``encode_files`` and the CLI's ``-b`` resolve a byte
+        budget through it. ``InvalidConfigError`` when ``k`` (a budget the caller was also given) is not None, when
+        ``nbytes`` is not a positive number, or when no budget fits it (naming the smallest code's size)."""
         if k is not None:
             raise InvalidConfigError(f"pass k={k!r} or bytes={nbytes!r}, not both: bytes= picks the budget k",
                                      parameter="bytes", value=nbytes, valid="bytes=None when k is given")

@@ -132,7 +132,7 @@ def encode_files(
             raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
     model = load(compressor) if isinstance(compressor, (str, Path)) else compressor
     if bytes is not None:
-        k = model._budget_within_bytes(bytes, k)  # encode(x, bytes=) resolves it this way: the same codes
+        k = model.budget_within_bytes(bytes, k)  # encode(x, bytes=) resolves it this way: the same codes
     model.budgets().resolve(k, model.name)
     paths = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
     if not paths:

@@ -158,7 +158,7 @@ def budget_within(compressor: Compressor, k: int | None, nbytes: int | None) -> 
     """The budget ``-k`` / ``-b`` choose: ``k``, or the one ``compressor.encode(x, bytes=nbytes)`` uses (resolved
     once, by the same path)."""
     check_one_budget(k, nbytes)
-    return k if nbytes is None else compressor._budget_within_bytes(nbytes, None)
+    return k if nbytes is None else compressor.budget_within_bytes(nbytes)
 
 
 def number_or_array(text: str | None, option: str) -> float | np.ndarray | None:
