@@ -11,6 +11,7 @@ import torch
 import adaptemb
 from adaptemb import CorruptFileError, PackedSparseCodes
 from adaptemb.codes.packed_sparse import (
+    LAYOUT_VERSION,
     SparsePacker,
     float16_bits,
     index_bits,
@@ -66,8 +67,9 @@ def test_levels_are_the_nearest_codebook_entries(bits: int) -> None:
     indices = np.stack([rng.choice(dim, k, replace=False) for _ in range(30)])
     values = rng.uniform(0.05, 3.5, (30, k)).astype(np.float32)
     codes = PackedSparseCodes.from_sparse(indices, values, dim, bits, codebook)
+    np.testing.assert_array_equal(codes.codebook, PackedSparseCodes.storable_codebook(codebook, bits))
     got = np.take_along_axis(codes.to_dense(), indices, axis=1)
-    entries = codebook[indices].astype(np.float32)  # (30, k, levels)
+    entries = codes.codebook[indices].astype(np.float32)  # (30, k, levels): the stored codebook quantises
     distance = np.abs(entries - values[..., None])
     assert np.all(np.abs(got - values) <= distance.min(axis=2) + 1e-6)
 
@@ -85,7 +87,7 @@ def test_float16_values_are_kept_exactly() -> None:
 def test_storage_accounting_slicing_and_concat() -> None:
     codes = small_codes()
     assert codes.nbytes == sum(a.nbytes for a in codes.to_arrays().values())
-    assert codes.row_nbytes == 3 and codes.shared_nbytes == CODEBOOK.nbytes + 12
+    assert codes.row_nbytes == 3 and codes.shared_nbytes == CODEBOOK.nbytes + 12  # 1 bit: (low, high) only
     both = PackedSparseCodes.concat([codes[[2]], codes[:2]])
     np.testing.assert_array_equal(both.to_dense(), codes.to_dense()[[2, 0, 1]])
     other = PackedSparseCodes.from_sparse(np.array([[0, 1]]), np.array([[1.0, 1.0]], np.float32), 5, 16)
@@ -115,7 +117,96 @@ def test_codes_file_takes_rows_times_width_plus_a_fixed_header(tmp_path) -> None
         np.testing.assert_array_equal(loaded.codebook, codes.codebook)
     assert codes.bytes_per_vector == 13
     assert 0 <= sizes[21000] - sizes[1000] - 20000 * 13 <= 64  # a further row costs its width (+ a longer npy shape)
-    assert sizes[1000] - 1000 * 13 <= 16 * 1024  # the header: codebook (12 KiB), layout, npz framing
+    assert sizes[1000] - 1000 * 13 <= 11 * 1024  # the header: codebook (1536 x (2 x 2 + 2) B = 9 KiB), layout, npz
+
+
+def synthetic_codebook(rng: np.random.Generator, dim: int, bits: int) -> np.ndarray:
+    """Ascending per-feature levels of a few scales, as csr's k-means (1-4 bits) or range (8 bits) makes them."""
+    low = rng.uniform(0.001, 0.3, (dim, 1)) * 10.0 ** rng.integers(-2, 2, (dim, 1))
+    high = low + rng.uniform(0.01, 2.0, (dim, 1))
+    steps = np.linspace(0, 1, 2**bits) if bits == 8 else np.sort(rng.uniform(0, 1, (dim, 2**bits)), axis=1)
+    return low + (high - low) * steps
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3, 4, 8, 16])
+def test_a_file_at_dim_3072_takes_at_most_n_times_width_plus_64_kib(tmp_path, bits: int) -> None:
+    """Issue 26's bar at h = 4 x 768: the stored codebook (float16 range + uint8 inner positions) fits the 64 KiB,
+    which the whole float16 codebook (96 KiB at 4 bits, 1.5 MiB at 8 bits) did not; reloaded codes are the same."""
+    rng = np.random.default_rng(bits)
+    dim, k, n = 3072, 6, 50
+    codebook = None if bits == 16 else synthetic_codebook(rng, dim, bits)
+    indices = np.stack([rng.choice(dim, k, replace=False) for _ in range(n)])
+    codes = PackedSparseCodes.from_sparse(indices, rng.uniform(0.0, 2.5, (n, k)).astype(np.float32), dim, bits, codebook)
+    path = adaptemb.save_codes(codes, tmp_path / "codes.npz")
+    assert path.stat().st_size <= n * codes.bytes_per_vector + 64 * 1024
+    inner = {1: 0, 2: 2, 3: 6, 4: 14, 8: 0}
+    assert codes.shared_nbytes == 12 + (0 if bits == 16 else dim * (4 + inner[bits]))  # 55,308 B at 4 bits
+    loaded = adaptemb.load_codes(path)
+    assert isinstance(loaded, PackedSparseCodes)
+    np.testing.assert_array_equal(loaded.packed, codes.packed)
+    np.testing.assert_array_equal(loaded.codebook.view(np.uint16), codes.codebook.view(np.uint16))
+    np.testing.assert_array_equal(loaded.similarity(codes[:5]), codes.similarity(codes[:5]))
+    empty = PackedSparseCodes.from_sparse(indices[:0], np.zeros((0, k), np.float32), dim, bits, codebook)
+    assert adaptemb.save_codes(empty, tmp_path / "empty.npz").stat().st_size <= 64 * 1024  # the header alone
+    assert len(adaptemb.load_codes(tmp_path / "empty.npz")) == 0
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_the_stored_codebook_is_near_the_given_one_and_rounds_once(bits: int) -> None:
+    """Ends kept exactly, inner entries within half a 1/255 step of the range (plus float16 rounding), and
+    rounding a stored codebook again changes no bit."""
+    rng = np.random.default_rng(10 + bits)
+    codebook = synthetic_codebook(rng, 500, bits).astype(np.float16)
+    stored = PackedSparseCodes.storable_codebook(codebook, bits)
+    assert stored.dtype == np.float16 and stored.shape == codebook.shape
+    np.testing.assert_array_equal(stored[:, [0, -1]], codebook[:, [0, -1]])
+    span = codebook[:, -1:].astype(np.float64) - codebook[:, :1]
+    error = np.abs(stored.astype(np.float64) - codebook.astype(np.float64))
+    assert np.all(error <= span / 510 + np.abs(codebook.astype(np.float64)) * 2.0**-10)
+    np.testing.assert_array_equal(PackedSparseCodes.storable_codebook(stored, bits).view(np.uint16), stored.view(np.uint16))
+    with pytest.raises(ValueError, match="ascend"):
+        PackedSparseCodes.storable_codebook(codebook[:, ::-1], bits)
+
+
+def test_a_version_1_file_still_loads_and_an_unstored_codebook_is_written_whole(tmp_path) -> None:
+    """Today's file before the compact codebook: layout version 1 and the whole float16 codebook (built here by
+    hand). It loads to the same codes, and saving them again keeps every codebook bit (as version 1)."""
+    rng = np.random.default_rng(4)
+    dim, k, bits = 300, 5, 3
+    codebook = np.sort(rng.uniform(0.1, 2.0, (dim, 2**bits)), axis=1).astype(np.float16)  # not in stored form
+    slots = np.stack([rng.choice(dim, k, replace=False) for _ in range(20)])
+    levels = rng.integers(0, 2**bits, (20, k))
+    packed = pack_fields([(torch.from_numpy(slots), index_bits(dim)), (torch.from_numpy(levels), bits)]).numpy()
+    with np.load(adaptemb.save_codes(small_codes(), tmp_path / "today.npz")) as archive:
+        header = {**json.loads(str(archive["__adaptemb__"])), "dim": dim, "n": 20}
+    old = tmp_path / "version1.npz"
+    np.savez(old, packed=packed, layout=np.array([1, k, bits], np.int32), codebook=codebook,
+             __adaptemb__=np.array(json.dumps(header)))
+    loaded = adaptemb.load_codes(old)
+    assert isinstance(loaded, PackedSparseCodes)
+    np.testing.assert_array_equal(loaded.codebook, codebook)
+    want = np.zeros((20, dim), np.float32)
+    np.put_along_axis(want, slots, np.take_along_axis(codebook[slots], levels[..., None], axis=2)[..., 0], axis=1)
+    np.testing.assert_array_equal(loaded.to_dense(), want)
+    assert loaded.to_arrays()["layout"][0] == 1 and loaded.shared_arrays == ("layout", "codebook")
+    again = adaptemb.load_codes(adaptemb.save_codes(loaded, tmp_path / "again.npz"))
+    np.testing.assert_array_equal(again.codebook.view(np.uint16), codebook.view(np.uint16))
+    np.testing.assert_array_equal(again.packed, packed)
+
+
+def test_a_damaged_stored_codebook_is_refused(tmp_path) -> None:
+    rng = np.random.default_rng(5)
+    codes = PackedSparseCodes.from_sparse(np.array([[0, 1], [2, 3]]), np.ones((2, 2), np.float32), 40, 2,
+                                          synthetic_codebook(rng, 40, 2))
+    path = adaptemb.save_codes(codes, tmp_path / "codes.npz")
+    assert codes.shared_arrays == ("layout", "codebook_range", "codebook_steps")
+    assert small_codes().shared_arrays == ("layout", "codebook_range")  # 1 bit: no inner entries
+    short = _rewrite(path, tmp_path, codebook_steps=np.zeros((40, 1), np.uint8))
+    with pytest.raises(CorruptFileError, match=r"codebook_steps of shape \(40, 2\)"):
+        adaptemb.load_codes(short)
+    swapped = _rewrite(path, tmp_path, codebook_range=codes.to_arrays()["codebook_range"][:, ::-1].copy())
+    with pytest.raises(CorruptFileError, match="low <= high"):
+        adaptemb.load_codes(swapped)
 
 
 def _rewrite(path, tmp_path, **changes) -> object:
@@ -129,8 +220,8 @@ def _rewrite(path, tmp_path, **changes) -> object:
 
 def test_foreign_and_newer_files_are_refused(tmp_path) -> None:
     path = adaptemb.save_codes(small_codes(), tmp_path / "codes.npz")
-    newer = _rewrite(path, tmp_path, layout=np.array([2, 2, 1], np.int32))
-    with pytest.raises(CorruptFileError, match="layout version 2"):
+    newer = _rewrite(path, tmp_path, layout=np.array([LAYOUT_VERSION + 1, 2, 1], np.int32))
+    with pytest.raises(CorruptFileError, match=f"layout version {LAYOUT_VERSION + 1}; this adaptemb reads versions 1 and 2"):
         adaptemb.load_codes(newer)
     wide = _rewrite(path, tmp_path, packed=np.zeros((3, 2), np.uint8))
     with pytest.raises(CorruptFileError, match="uint8"):

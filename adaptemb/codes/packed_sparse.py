@@ -12,11 +12,20 @@ Row layout (one ``uint8`` row of ``packed``, most significant bit first, as ``np
 
 ``bytes_per_vector`` is the packed row width; the codebook and the 3-number ``layout`` (format version, k,
 value bits) are ``shared_arrays``. Scoring and ``to_dense`` unpack ``SCORE_BLOCK_ROWS`` rows at a time.
+
+The codebook is stored compactly (layout version 2): per feature its float16 (low, high) = (first, last entry),
+``codebook_range`` (dim, 2), and the other entries as uint8 positions ``p`` in 0..255 within it, ``codebook_steps``
+(dim, 2**b - 2, written for 2-4 bits): entry = float16(low + (high - low) * p / 255); 8-bit values store no
+positions (the 256 entries are even steps from low to high). At dim 3072 that is 12 KiB (1 and 8 bits) to 54 KiB (4 bits), not 1.5 MiB (8 bits).
+``PackedSparseCodes.storable_codebook`` rounds a codebook to that form once, where it is made (``from_sparse``
+does), so that quantising, scoring and the file use the same entries. Codes whose codebook is not in that form
+(e.g. loaded from a version-1 file) are written as version 1, the full float16 codebook, unchanged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -25,8 +34,12 @@ import torch
 from adaptemb.codes.base import Codes, select_rows
 from adaptemb.codes.graph import pack_bits
 
-LAYOUT_VERSION = 1
-"""The row layout this code writes and reads; a file with another layout is refused."""
+LAYOUT_VERSION = 2
+"""The layout this code writes (the compact codebook); it also reads ``FULL_CODEBOOK_LAYOUT``, another is refused."""
+FULL_CODEBOOK_LAYOUT = 1
+"""The layout with the whole float16 (dim, 2**b) codebook: read, and written for a codebook not in stored form."""
+POSITION_STEPS = 255
+"""A stored codebook entry sits at one of 256 even positions (uint8) from its feature's low to its high entry."""
 VALUE_BITS = (1, 2, 3, 4, 8, 16)
 """Bits per value: levels of a per-feature codebook (1-8), or float16 values (16)."""
 UNPACK_ROWS = 65536
@@ -81,6 +94,54 @@ def nearest_levels(values: torch.Tensor, indices: torch.Tensor, codebook: torch.
     return found
 
 
+def expand_codebook(bounds: np.ndarray, steps: np.ndarray, value_bits: int) -> np.ndarray:
+    """The float16 (dim, 2**b) codebook of stored per-feature ``bounds`` (dim, 2) float16 (low, high) and ``steps``
+    (dim, 2**b - 2) uint8 inner positions (none for 8 bits: even steps): float16(low + (high - low) * p / 255)."""
+    low, high = (bounds[:, i : i + 1].astype(np.float64) for i in (0, 1))
+    if value_bits == 8:
+        positions = np.broadcast_to(np.arange(POSITION_STEPS + 1, dtype=np.float64), (len(bounds), 256))
+    else:
+        ends = np.zeros((len(bounds), 1)), np.full((len(bounds), 1), POSITION_STEPS)
+        positions = np.concatenate([ends[0], steps.astype(np.float64), ends[1]], axis=1)
+    return (low + (high - low) * positions / POSITION_STEPS).astype(np.float16)
+
+
+def compact_codebook(codebook: np.ndarray, value_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bounds, steps) of ascending float16 ``codebook`` rows (see ``expand_codebook``): each inner entry's position
+    is the one whose expansion is nearest (the exact one where an expansion equals it)."""
+    bounds = np.ascontiguousarray(codebook[:, [0, -1]], dtype=np.float16)
+    if value_bits == 8:
+        return bounds, np.zeros((len(codebook), 0), np.uint8)
+    low, high = (bounds[:, i : i + 1].astype(np.float64) for i in (0, 1))
+    inner = codebook[:, 1:-1]
+    span = np.where(high > low, high - low, 1.0)
+    positions = np.clip(np.rint((inner.astype(np.float64) - low) * POSITION_STEPS / span), 0, POSITION_STEPS)
+    for shift in (-1.0, 1.0):  # float16 rounding of an expansion can make the rounded position miss it by one
+        entries = (low + (high - low) * positions / POSITION_STEPS).astype(np.float16)
+        moved = np.clip(positions + shift, 0, POSITION_STEPS)
+        exact = (low + (high - low) * moved / POSITION_STEPS).astype(np.float16) == inner
+        positions = np.where((entries != inner) & exact, moved, positions)
+    return bounds, positions.astype(np.uint8)
+
+
+def storable_codebook(codebook: np.ndarray, value_bits: int) -> np.ndarray:
+    """``codebook`` (dim, 2**b) rounded to the form a codes file stores (the module docstring): float16, each row's
+    first and last entries kept, the others at the nearest of 256 even positions between them (8 bits: all at even
+    steps). Rows must ascend and be finite. Round once, where the codebook is made, and quantise with the result."""
+    if value_bits not in VALUE_BITS or value_bits == 16:
+        raise ValueError(f"a codebook is for 1, 2, 3, 4 or 8-bit values; got value_bits={value_bits}")
+    book = np.asarray(codebook)
+    if book.ndim != 2 or book.shape[1] != 2**value_bits:
+        raise ValueError(f"{value_bits}-bit values need a codebook of shape (dim, {2**value_bits}); got {book.shape}")
+    book = book.astype(np.float16)
+    if not np.isfinite(book).all():
+        raise ValueError("codebook entries must be finite (within float16's range)")
+    descending = np.flatnonzero((np.diff(book.astype(np.float32), axis=1) < 0).any(axis=1))
+    if len(descending):
+        raise ValueError(f"codebook rows must ascend (levels are found by a binary search); row {descending[0]} does not")
+    return expand_codebook(*compact_codebook(book, value_bits), value_bits)
+
+
 def float16_bits(values: torch.Tensor) -> torch.Tensor:
     """The IEEE half-precision bit patterns of ``values`` (int64; beyond float16's range they saturate), computed
     arithmetically: ONNX has no bit cast."""
@@ -124,12 +185,13 @@ class PackedSparseCodes(Codes):
     """k (index, value) pairs a row over ``dim`` dimensions, bit-packed (see the module docstring)."""
 
     kind = "packed_sparse"
-    shared_arrays = ("layout", "codebook")
     onnx_outputs = ("packed",)
     vector_form = "sparse"
     row_bytes = staticmethod(row_bytes)
     index_bits = staticmethod(index_bits)
     nearest_levels = staticmethod(nearest_levels)
+    storable_codebook = staticmethod(storable_codebook)
+    """``PackedSparseCodes.storable_codebook(codebook, value_bits)``: the codebook as a codes file stores it."""
     packer = SparsePacker
     """``PackedSparseCodes.packer(dim, value_bits, codebook)``: the torch module that packs (indices, values)."""
 
@@ -153,13 +215,18 @@ class PackedSparseCodes(Codes):
     @classmethod
     def from_sparse(cls, indices: np.ndarray, values: np.ndarray, dim: int, value_bits: int,
                     codebook: np.ndarray | None = None) -> PackedSparseCodes:
-        """Pack fixed-k (n, k) ``indices`` / float ``values`` (``SparsePacker``); ``codebook`` (dim, 2**value_bits)
-        float16 for 1-8 bit values."""
+        """Pack fixed-k (n, k) ``indices`` / float ``values`` (``SparsePacker``); ``codebook`` (dim, 2**value_bits),
+        rows ascending, for 1-8 bit values: rounded to its stored form (``storable_codebook``) before packing."""
         if indices.shape != values.shape or indices.ndim != 2:
             raise ValueError(f"indices {indices.shape} and values {values.shape} must both be (n, k)")
         if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= dim):
             raise ValueError(f"sparse indices must lie in 0..{dim - 1}")
+        if codebook is not None and value_bits != 16:
+            codebook = storable_codebook(codebook, value_bits)
         packer = SparsePacker(dim, value_bits, codebook)
+        if not len(indices):
+            return cls(np.zeros((0, row_bytes(indices.shape[1], dim, value_bits)), np.uint8), dim, indices.shape[1],
+                       value_bits, codebook)
         with torch.no_grad():
             packed = packer(torch.as_tensor(np.asarray(indices, np.int64)), torch.as_tensor(np.asarray(values, np.float32)))
         return cls(packed.numpy(), dim, indices.shape[1], value_bits, codebook)
@@ -192,7 +259,12 @@ class PackedSparseCodes(Codes):
 
     @property
     def shared_nbytes(self) -> int:
-        return self._layout().nbytes + self.codebook.nbytes
+        return sum(array.nbytes for name, array in self.to_arrays().items() if name != "packed")
+
+    @property
+    def shared_arrays(self) -> tuple[str, ...]:  # type: ignore[override]
+        """The layout and the stored codebook (which arrays depends on the layout version written)."""
+        return tuple(name for name in self.to_arrays() if name != "packed")
 
     def active_counts(self) -> np.ndarray:
         indices, _ = self.slots()
@@ -231,11 +303,29 @@ class PackedSparseCodes(Codes):
         indices, levels = rows.slots()
         return {"indices": np.where(indices < self.dim, indices, -1), "values": rows.level_values(indices, levels)}
 
-    def _layout(self) -> np.ndarray:
-        return np.array([LAYOUT_VERSION, self.k, self.value_bits], dtype=np.int32)
+    def _layout(self, version: int) -> np.ndarray:
+        return np.array([version, self.k, self.value_bits], dtype=np.int32)
+
+    @cached_property
+    def _stored_codebook(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The codebook's (bounds, steps) if they expand to it bit for bit (``storable_codebook``), else None."""
+        book = self.codebook
+        if not np.isfinite(book).all() or (np.diff(book.astype(np.float32), axis=1) < 0).any():
+            return None
+        bounds, steps = compact_codebook(book, self.value_bits)
+        same = np.array_equal(expand_codebook(bounds, steps, self.value_bits).view(np.uint16), book.view(np.uint16))
+        return (bounds, steps) if same else None
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"packed": self.packed, "layout": self._layout(), "codebook": self.codebook}
+        """``packed``, ``layout`` and the codebook: compact (``codebook_range``, and for 2-4 bits ``codebook_steps``)
+        where it is in stored form, else the whole float16 ``codebook`` under layout version 1; none for float16."""
+        if self.value_bits == 16:
+            return {"packed": self.packed, "layout": self._layout(LAYOUT_VERSION)}
+        if self._stored_codebook is None:
+            return {"packed": self.packed, "layout": self._layout(FULL_CODEBOOK_LAYOUT), "codebook": self.codebook}
+        bounds, steps = self._stored_codebook
+        stored = {"packed": self.packed, "layout": self._layout(LAYOUT_VERSION), "codebook_range": bounds}
+        return {**stored, "codebook_steps": steps} if steps.shape[1] else stored
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], dim: int) -> PackedSparseCodes:
@@ -243,9 +333,16 @@ class PackedSparseCodes(Codes):
         if layout.shape != (3,) or layout.dtype.kind not in "iu":
             raise ValueError(f"packed_sparse layout must be 3 integers (version, k, value bits); got {layout!r}")
         version, k, value_bits = (int(v) for v in layout)
-        if version != LAYOUT_VERSION:
-            raise ValueError(f"packed_sparse row layout version {version}; this adaptemb reads version {LAYOUT_VERSION}")
-        codes = cls(arrays["packed"], dim, k, value_bits, arrays.get("codebook") if value_bits != 16 else None)
+        if version not in (FULL_CODEBOOK_LAYOUT, LAYOUT_VERSION):
+            raise ValueError(f"packed_sparse row layout version {version}; this adaptemb reads versions "
+                             f"{FULL_CODEBOOK_LAYOUT} and {LAYOUT_VERSION}")
+        if value_bits not in VALUE_BITS or value_bits == 16:
+            codebook = None
+        elif version == FULL_CODEBOOK_LAYOUT:
+            codebook = arrays.get("codebook")
+        else:
+            codebook = _stored_codebook_of(arrays, dim, value_bits)
+        codes = cls(arrays["packed"], dim, k, value_bits, codebook)
         indices, _ = codes.slots()
         if indices.size and int(indices.max()) > dim:
             raise ValueError(f"packed_sparse index {int(indices.max())} is out of range for dim={dim}")
@@ -259,3 +356,16 @@ class PackedSparseCodes(Codes):
                     part.codebook, first.codebook):
                 raise ValueError("packed_sparse codes concatenate only with the same dim, k, value bits and codebook")
         return cls(np.concatenate([p.packed for p in parts]), first.dim, first.k, first.value_bits, first.codebook)
+
+
+def _stored_codebook_of(arrays: dict[str, np.ndarray], dim: int, value_bits: int) -> np.ndarray:
+    """The codebook of a version-2 file's ``codebook_range`` and ``codebook_steps``, checked."""
+    inner = 0 if value_bits == 8 else 2**value_bits - 2
+    bounds, steps = arrays.get("codebook_range"), arrays.get("codebook_steps", np.zeros((dim, 0), np.uint8))
+    if bounds is None or bounds.dtype != np.float16 or bounds.shape != (dim, 2):
+        raise ValueError(f"{value_bits}-bit packed_sparse codes need a float16 codebook_range of shape ({dim}, 2)")
+    if steps is None or steps.dtype != np.uint8 or steps.shape != (dim, inner):
+        raise ValueError(f"{value_bits}-bit packed_sparse codes need uint8 codebook_steps of shape ({dim}, {inner})")
+    if not np.isfinite(bounds).all() or (bounds[:, 0] > bounds[:, 1]).any():
+        raise ValueError("packed_sparse codebook_range must hold finite (low, high) pairs with low <= high")
+    return expand_codebook(bounds, steps, value_bits)
