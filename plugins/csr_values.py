@@ -85,12 +85,13 @@ def expand_range(bounds: np.ndarray) -> np.ndarray:
 
 
 def codebook_of(row: np.ndarray, value_bits: int) -> np.ndarray | None:
-    """The float16 (h, 2**b) codebook of ``value_bits`` in one k's (h, 32) ``codebooks`` row (None for float16)."""
+    """The float16 (h, 2**b) codebook of ``value_bits`` in one k's (h, 32) ``codebooks`` row (None for float16), in
+    the form codes files store (``PackedSparseCodes.storable_codebook``): what the fit measures, encode quantises
+    to and scores use."""
     if value_bits == 16:
         return None
-    if value_bits == 8:
-        return expand_range(row[:, RANGE_COLUMNS])
-    return np.ascontiguousarray(row[:, CODEBOOK_COLUMNS[value_bits]])
+    book = expand_range(row[:, RANGE_COLUMNS]) if value_bits == 8 else row[:, CODEBOOK_COLUMNS[value_bits]]
+    return PackedSparseCodes.storable_codebook(book, value_bits)
 
 
 @dataclass(frozen=True)
