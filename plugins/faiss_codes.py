@@ -6,11 +6,14 @@ a search ranks by are faiss' own. What adaptemb adds is the storage around them:
 
 * ``FaissCodes``: the (n, code_size) uint8 rows faiss' ``sa_encode`` writes, plus the trained tables shared
   by every row (PQ codebooks, an OPQ or random rotation, SQ ranges, the RaBitQ centre). Storage is exact:
-  ``row_nbytes`` is n * faiss' ``sa_code_size()``, the tables are ``shared_nbytes``. The faiss object is
+  ``row_nbytes`` is the bytes held (n * faiss' ``sa_code_size()``, or less where a family holds its rows in a
+  narrower form, e.g. RaBitQ's float16 factors), the tables are ``shared_nbytes``. The faiss object is
   rebuilt from the tables whenever it is needed (it is never pickled).
 * ``FaissCodesIndex``: the index backend. It adds the codes to a freshly rebuilt faiss index
   (``add_sa_codes``) and answers searches with faiss' ``search``: float queries against the codes, in
-  faiss' inner-product metric (adaptemb's embeddings are unit-normalised, so this is cosine).
+  faiss' inner-product metric (adaptemb's embeddings are unit-normalised, so this is cosine). Codes held in a
+  narrower form are converted to faiss' layout a block of rows at a time, each block searched by faiss and
+  the blocks' top-k merged, so the converted copy never exceeds one block.
 * ``FaissCompressor``: fits a faiss index on the embeddings, keeps its trained tables as tensors (what
   ``save`` writes as safetensors), encodes with ``sa_encode`` and scores float queries asymmetrically,
   exactly as the backend ranks them (``score`` and ``index(...).search`` agree).
@@ -30,13 +33,17 @@ import torch
 from adaptemb import Budgets, Codes, Compressor, DenseCodes, Index, SearchResult, decoded_inner_products
 
 METRIC = faiss.METRIC_INNER_PRODUCT
+SEARCH_BLOCK_ROWS = 1 << 16
+"""Rows converted to faiss' layout and searched at a time, for codes held in another form."""
 
 
 class FaissCodes(Codes):
     """Rows of faiss codes (``codes``: uint8 (n, code_size)) and the trained ``tables`` shared by all rows.
 
     Subclasses set ``kind``, ``table_names`` (required tables) and ``optional_tables``, and implement
-    ``build_faiss`` (an empty, trained faiss index from the tables) and ``query_scores``.
+    ``build_faiss`` (an empty, trained faiss index from the tables) and ``query_scores``. A family that holds
+    its rows in another form than faiss' also overrides ``held_code_size``, ``from_faiss`` (faiss' rows to the
+    held form) and ``faiss_codes`` (held rows back to faiss' layout).
     """
 
     table_names: ClassVar[tuple[str, ...]] = ()
@@ -53,7 +60,7 @@ class FaissCodes(Codes):
         self.dim = int(dim)
         self.tables = {name: np.ascontiguousarray(array) for name, array in tables.items()}
         self._faiss = _faiss if _faiss is not None else self.build_faiss(self.tables, self.dim)
-        code_size = self._faiss.sa_code_size()
+        code_size = self.held_code_size()
         if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[1] != code_size:
             raise ValueError(f"{self.kind} codes need uint8 of shape (n, {code_size}); got {codes.dtype} {codes.shape}")
         self.codes = codes
@@ -73,6 +80,34 @@ class FaissCodes(Codes):
         """faiss search parameters for the backend's options (none by default)."""
         return None
 
+    # -- the held form and faiss' layout (the same by default) ------------------------------------------
+
+    def held_code_size(self) -> int:
+        """Bytes held per row: faiss' ``sa_code_size()`` unless the family holds its rows narrower."""
+        return int(self._faiss.sa_code_size())
+
+    @classmethod
+    def from_faiss(cls, codes: np.ndarray, tables: dict[str, np.ndarray], dim: int, faiss_index: faiss.Index) -> FaissCodes:
+        """Codes holding the rows faiss' ``sa_encode`` wrote (``codes``), in the form the tables say."""
+        return cls(codes, tables, dim, _faiss=faiss_index)
+
+    def faiss_codes(self, rows: slice = slice(None)) -> np.ndarray:
+        """The rows ``rows`` in faiss' own layout (what ``sa_encode`` wrote), C-contiguous uint8."""
+        return np.ascontiguousarray(self.codes[rows])
+
+    @property
+    def held_as_faiss(self) -> bool:
+        """True when the held rows are faiss' own codes (no conversion before faiss reads them)."""
+        return self.held_code_size() == int(self._faiss.sa_code_size())
+
+    def row_blocks(self, block_rows: int | None = None) -> list[slice]:
+        """The row ranges faiss searches one at a time: all rows at once when they are held in faiss' layout,
+        else blocks of ``block_rows`` (default ``SEARCH_BLOCK_ROWS``), each converted only while it is searched."""
+        block_rows = block_rows or SEARCH_BLOCK_ROWS
+        if self.held_as_faiss or len(self) <= block_rows:
+            return [slice(0, len(self))]
+        return [slice(start, min(start + block_rows, len(self))) for start in range(0, len(self), block_rows)]
+
     # -- the Codes interface --------------------------------------------------------------------
 
     @property
@@ -91,7 +126,7 @@ class FaissCodes(Codes):
 
     @property
     def code_size(self) -> int:
-        """Bytes per row: faiss' ``sa_code_size()``."""
+        """Bytes held per row (``held_code_size``)."""
         return int(self.codes.shape[1])
 
     @property
@@ -106,7 +141,8 @@ class FaissCodes(Codes):
         """faiss' reconstruction (``sa_decode``) of every row, float32 (n, dim)."""
         if len(self) == 0:
             return np.zeros((0, self.dim), np.float32)
-        return np.asarray(self._faiss.sa_decode(np.ascontiguousarray(self.codes)), dtype=np.float32)
+        return np.concatenate([np.asarray(self._faiss.sa_decode(self.faiss_codes(rows)), dtype=np.float32)
+                               for rows in self.row_blocks()])
 
     def same_tables(self, other: FaissCodes) -> bool:
         return self.tables.keys() == other.tables.keys() and all(
@@ -142,16 +178,17 @@ class FaissCodes(Codes):
             first._check_tables(part)
         return cls(np.concatenate([p.codes for p in parts]), first.tables, first.dim, _faiss=first._faiss)
 
-    def searchable(self) -> faiss.Index:
-        """A new faiss index holding these codes (``add_sa_codes``), ready to ``search``."""
+    def searchable(self, rows: slice = slice(None)) -> faiss.Index:
+        """A new faiss index holding these codes' ``rows`` (``add_sa_codes``), ready to ``search``."""
         index = self.build_faiss(self.tables, self.dim)
-        if len(self):
+        codes = self.faiss_codes(rows)
+        if len(codes):
             if isinstance(index, faiss.IndexPreTransform):  # the codes are the inner index's; it searches them
                 inner = faiss.downcast_index(index.index)
-                inner.add_sa_codes(np.ascontiguousarray(self.codes))
+                inner.add_sa_codes(codes)
                 index.ntotal = inner.ntotal
             else:
-                index.add_sa_codes(np.ascontiguousarray(self.codes))
+                index.add_sa_codes(codes)
         return index
 
 
@@ -233,7 +270,9 @@ class FaissCodesIndex(Index):
         assert isinstance(docs, FaissCodes)
         self._search_options = dict(search)
         self._params = docs.search_parameters(**search)
-        self._faiss = docs.searchable()
+        self._blocks = docs.row_blocks()
+        # one block: faiss holds it for every search; several: each is converted and added while it is searched
+        self._faiss = docs.searchable() if len(self._blocks) == 1 else None
 
     @property
     def backend(self) -> str:
@@ -248,10 +287,23 @@ class FaissCodesIndex(Index):
         return dict(self._search_options)
 
     def _search_batch(self, queries: Codes, top_k: int) -> SearchResult:
-        assert isinstance(queries, DenseCodes)
+        assert isinstance(queries, DenseCodes) and isinstance(self.docs, FaissCodes)
         q = np.ascontiguousarray(queries.values, dtype=np.float32)
-        scores, ids = self._faiss.search(q, top_k, params=self._params)
-        return scores.astype(np.float32, copy=False), ids.astype(np.int64)
+        if self._faiss is not None:
+            scores, ids = self._faiss.search(q, top_k, params=self._params)
+            return scores.astype(np.float32, copy=False), ids.astype(np.int64)
+        all_scores, all_ids = [], []
+        for rows in self._blocks:
+            scores, ids = self.docs.searchable(rows).search(q, min(top_k, rows.stop - rows.start), params=self._params)
+            all_scores.append(scores.astype(np.float32, copy=False)), all_ids.append(ids.astype(np.int64) + rows.start)
+        return best_of_blocks(all_scores, all_ids, top_k)
+
+
+def best_of_blocks(scores: Sequence[np.ndarray], ids: Sequence[np.ndarray], top_k: int) -> SearchResult:
+    """The ``top_k`` best of each query's per-block results: score descending, then id ascending."""
+    merged_scores, merged_ids = np.concatenate(scores, axis=1), np.concatenate(ids, axis=1)
+    order = np.lexsort((merged_ids, -merged_scores), axis=1)[:, :top_k]
+    return np.take_along_axis(merged_scores, order, axis=1), np.take_along_axis(merged_ids, order, axis=1)
 
 
 # -- the compressor base --------------------------------------------------------------------------
@@ -303,7 +355,7 @@ class FaissCompressor(Compressor):
         index = self.faiss_index(k)
         codes = index.sa_encode(np.ascontiguousarray(x.numpy(), dtype=np.float32))
         assert self.dim is not None
-        return self.codes_class(codes, self.tables(k), self.dim, _faiss=index)
+        return self.codes_class.from_faiss(codes, self.tables(k), self.dim, index)
 
     def _decode(self, codes: Codes) -> torch.Tensor:
         return torch.from_numpy(self._check_codes(codes).to_dense())

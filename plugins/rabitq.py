@@ -1,8 +1,13 @@
 """``rabitq``: faiss RaBitQ, 1 to 4 bits per dimension (faiss ``IndexRaBitQ``, factory ``RaBitQ{bits}``).
 
 Each row is stored as the signs of its offset from the fit rows' centroid (1 bit per dimension) plus two
-float factors, and with ``bits`` > 1 ``bits - 1`` extra bits per dimension and their factors: at d = 768,
-104 B (1 bit), 212 B (2), 308 B (3), 404 B (4) per vector. Queries stay float, quantised to ``query_bits``
+float factors, and with ``bits`` > 1 ``bits - 1`` extra bits per dimension and five factors in all. faiss
+writes the factors as float32; ``factor_dtype="float16"`` holds them as float16, half the bytes, and widens
+them back to faiss' float32 layout a block of rows at a time whenever faiss reads them (search, scores,
+decode), so faiss still computes every score. At d = 768: 100 B (1 bit), 202 B (2), 298 B (3), 394 B (4) per
+vector with float16 factors; 104, 212, 308, 404 B with float32. A factor beyond float16's range (|f| > 65504,
+rows far from unit norm) is refused at encode, naming ``factor_dtype="float32"``. Queries stay float, quantised
+to ``query_bits``
 when scored (faiss' ``qb`` knob: 4 by default, as in faiss; 0 keeps them float), and are scored by
 RaBitQ's inner-product estimator. The only trained state is the centroid (and the optional random
 rotation, ``RR{d},RaBitQ``), so one fit serves every bit width.
@@ -15,12 +20,13 @@ default: no miss on those queries at 2, 3 or 4 bits) and returns the best ``top_
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import faiss
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, ValidationInfo, model_validator
 
 from adaptemb import Budgets, Codes, CompressorConfig, SearchResult, adds_compressors, adds_index_backends
 
@@ -36,23 +42,97 @@ from .faiss_codes import (
 )
 
 MAX_BITS = 4
+FactorDtype = Literal["float16", "float32"]
+DEFAULT_FACTOR_DTYPE: FactorDtype = "float16"
 _FAISS_ROTATION_SEED = 12345  # faiss' RandomRotationMatrix seed in "RR{d},..." factory strings
 _SCORE_QUERIES = 64  # queries per full scan in score()
 
 
+@dataclass(frozen=True)
+class FactorLayout:
+    """Where faiss' RaBitQ code keeps its float32 factors, and the same code with them held as float16.
+
+    faiss' code: the sign bits, then two factors (1 bit) or three (with the error bound, > 1 bit); with > 1 bit
+    the extra bits follow, then two more factors. The held code keeps that order with each factor as float16.
+    """
+
+    faiss_size: int
+    factor_runs: tuple[tuple[int, int], ...]  # (byte offset in faiss' code, number of float32 factors)
+
+    @classmethod
+    def of(cls, dim: int, bits: int, faiss_size: int) -> FactorLayout:
+        signs = (dim + 7) // 8
+        runs = ((signs, 2),) if bits == 1 else ((signs, 3), (signs + 12 + (dim * (bits - 1) + 7) // 8, 2))
+        layout = cls(faiss_size, runs)
+        if runs[-1][0] + 4 * runs[-1][1] != faiss_size:
+            raise ValueError(f"faiss {faiss.__version__}'s RaBitQ code at d={dim}, {bits} bits has {faiss_size} B, not "
+                             f"the layout float16 factors assume ({runs[-1][0] + 4 * runs[-1][1]} B): use float32")
+        return layout
+
+    @property
+    def held_size(self) -> int:
+        return self.faiss_size - 2 * sum(count for _, count in self.factor_runs)
+
+    def narrow(self, codes: np.ndarray) -> np.ndarray:
+        """faiss' (n, faiss_size) codes with their factors as float16: (n, held_size) uint8."""
+        held = np.empty((len(codes), self.held_size), np.uint8)
+        source = target = 0
+        for offset, count in self.factor_runs:
+            held[:, target : target + offset - source] = codes[:, source:offset]
+            target += offset - source
+            factors = np.ascontiguousarray(codes[:, offset : offset + 4 * count]).view(np.float32)
+            with np.errstate(over="ignore"):  # an overflow is refused just below, with its remedy
+                halves = factors.astype(np.float16)
+            overflow = np.isinf(halves) & np.isfinite(factors)
+            if overflow.any():
+                raise ValueError(f"rabitq factor_dtype='float16': a per-vector factor ({factors[overflow][0]:.4g}) "
+                                 "is beyond float16's range (|f| <= 65504), e.g. rows far from unit norm; "
+                                 "encode them with factor_dtype='float32'")
+            held[:, target : target + 2 * count] = halves.view(np.uint8)
+            source, target = offset + 4 * count, target + 2 * count
+        held[:, target:] = codes[:, source:]
+        return held
+
+    def widen(self, held: np.ndarray) -> np.ndarray:
+        """Held (n, held_size) codes back in faiss' layout, their float16 factors as float32: (n, faiss_size)."""
+        codes = np.empty((len(held), self.faiss_size), np.uint8)
+        source = target = 0
+        for offset, count in self.factor_runs:
+            codes[:, source:offset] = held[:, target : target + offset - source]
+            target += offset - source
+            halves = np.ascontiguousarray(held[:, target : target + 2 * count]).view(np.float16)
+            codes[:, offset : offset + 4 * count] = halves.astype(np.float32).view(np.uint8)
+            source, target = offset + 4 * count, target + 2 * count
+        codes[:, source:] = held[:, target:]
+        return codes
+
+
+def factor_bits(tables: dict[str, np.ndarray]) -> int:
+    """Bits per held factor: 16 where the table ``rabitq_factor_bits`` says so, else faiss' 32 (codes from
+    before the option have no such table)."""
+    if "rabitq_factor_bits" not in tables:
+        return 32
+    bits = scalar(tables, "rabitq_factor_bits")
+    if bits not in (16, 32):
+        raise ValueError(f"rabitq_factor_bits must be 16 or 32; got {bits}")
+    return bits
+
+
 class RaBitQCodes(FaissCodes):
     """faiss RaBitQ codes; tables ``rabitq_center`` (d,) float32, ``rabitq_bits`` (1,) uint8 and optionally
-    ``rotation`` (d, d) float32 (y = R x before the quantiser)."""
+    ``rotation`` (d, d) float32 (y = R x before the quantiser) and ``rabitq_factor_bits`` (1,) uint8: 16 where
+    the rows hold their factors as float16 (absent: float32, faiss' own code)."""
 
     kind = "rabitq"
     table_names = ("rabitq_center", "rabitq_bits")
-    optional_tables = ("rotation",)
+    optional_tables = ("rotation", "rabitq_factor_bits")
 
     @classmethod
     def build_faiss(cls, tables: dict[str, np.ndarray], dim: int) -> faiss.Index:
         bits = scalar(tables, "rabitq_bits")
         if not 1 <= bits <= MAX_BITS:
             raise ValueError(f"rabitq_bits must be 1..{MAX_BITS}; got {bits}")
+        factor_bits(tables)
         center = table(tables, "rabitq_center", (dim,))
         index = faiss.IndexRaBitQ(dim, METRIC, bits)
         faiss.copy_array_to_vector(center, index.center)
@@ -62,6 +142,32 @@ class RaBitQCodes(FaissCodes):
     @property
     def bits(self) -> int:
         return scalar(self.tables, "rabitq_bits")
+
+    @property
+    def factor_dtype(self) -> FactorDtype:
+        return "float16" if factor_bits(self.tables) == 16 else "float32"
+
+    @classmethod
+    def layout(cls, tables: dict[str, np.ndarray], dim: int, faiss_index: faiss.Index) -> FactorLayout | None:
+        """Where the float16 factors sit (None: the rows are faiss' own codes, float32 factors)."""
+        if factor_bits(tables) == 32:
+            return None
+        return FactorLayout.of(dim, scalar(tables, "rabitq_bits"), int(faiss_index.sa_code_size()))
+
+    def held_code_size(self) -> int:
+        layout = self.layout(self.tables, self.dim, self._faiss)
+        return super().held_code_size() if layout is None else layout.held_size
+
+    @classmethod
+    def from_faiss(cls, codes: np.ndarray, tables: dict[str, np.ndarray], dim: int,
+                   faiss_index: faiss.Index) -> RaBitQCodes:
+        layout = cls.layout(tables, dim, faiss_index)
+        held = codes if layout is None else layout.narrow(codes)
+        return cls(held, tables, dim, _faiss=faiss_index)
+
+    def faiss_codes(self, rows: slice = slice(None)) -> np.ndarray:
+        layout = self.layout(self.tables, self.dim, self._faiss)
+        return super().faiss_codes(rows) if layout is None else layout.widen(self.codes[rows])
 
     def search_parameters(self, query_bits: int = 4, centered: bool = False, **_: Any) -> faiss.SearchParameters:
         params = faiss.RaBitQSearchParameters()
@@ -74,15 +180,17 @@ class RaBitQCodes(FaissCodes):
         return wrapped
 
     def query_scores(self, queries: np.ndarray, **search: Any) -> np.ndarray:
-        """faiss' own estimates of every (query, row) pair: a search for all ``n`` rows, scattered back
-        (with ``n`` results asked for, faiss' multi-bit filter never drops a row)."""
+        """faiss' own estimates of every (query, row) pair: a search for all the rows of a block, scattered back
+        (with every row asked for, faiss' multi-bit filter never drops one)."""
         out = np.empty((len(queries), len(self)), dtype=np.float32)
         if len(self) == 0:
             return out
-        index, params = self.searchable(), self.search_parameters(**search)
-        for start in range(0, len(queries), _SCORE_QUERIES):
-            scores, ids = index.search(queries[start : start + _SCORE_QUERIES], len(self), params=params)
-            np.put_along_axis(out[start : start + len(scores)], ids, scores, axis=1)
+        params = self.search_parameters(**search)
+        for rows in self.row_blocks():
+            index, block = self.searchable(rows), out[:, rows]
+            for start in range(0, len(queries), _SCORE_QUERIES):
+                scores, ids = index.search(queries[start : start + _SCORE_QUERIES], rows.stop - rows.start, params=params)
+                np.put_along_axis(block[start : start + len(scores)], ids, scores, axis=1)
         return out
 
 
@@ -95,6 +203,18 @@ class RaBitQConfig(CompressorConfig):
     filter_factor: int = Field(
         2, ge=1, le=100, description="Multi-bit search keeps filter_factor x top_k candidates through faiss' 1-bit "
         "filter and returns the best top_k (1: faiss' own search, which can drop a top-k row).")
+    factor_dtype: FactorDtype = Field(
+        DEFAULT_FACTOR_DTYPE, description="How the per-vector factors are held: float16 (2 B each: 4 B per vector "
+        "at 1 bit, 10 B at 2..4 bits) or float32 (faiss' own code: 8 B / 20 B); faiss scores both in float32.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _saved_before_factor_dtype(cls, data: Any, info: ValidationInfo) -> Any:
+        """A saved config (JSON: a compressor file, a pickled composition) without ``factor_dtype`` was written
+        before the option existed, when the factors were float32: it keeps them so."""
+        if info.mode == "json" and isinstance(data, dict) and "factor_dtype" not in data:
+            return {**data, "factor_dtype": "float32"}
+        return data
 
 
 class RaBitQCompressor(FaissCompressor):
@@ -103,7 +223,8 @@ class RaBitQCompressor(FaissCompressor):
     name = "rabitq"
     role, bench_partner = "quantizer", "always"
     Config = RaBitQConfig
-    budget_help = f"bits per dimension, 1..{MAX_BITS} (d / 8 + 8 bytes per vector at 1 bit); one fit serves all"
+    budget_help = (f"bits per dimension, 1..{MAX_BITS} (d / 8 + 4 bytes per vector at 1 bit with float16 factors, "
+                   "+ 8 with float32); one fit serves all")
     codes_class = RaBitQCodes
     config: RaBitQConfig
 
@@ -133,6 +254,8 @@ class RaBitQCompressor(FaissCompressor):
         tables = {"rabitq_center": self._center.numpy(), "rabitq_bits": np.array([k], dtype=np.uint8)}
         if self._rotation is not None:
             tables["rotation"] = self._rotation.numpy()
+        if self.config.factor_dtype == "float16":
+            tables["rabitq_factor_bits"] = np.array([16], dtype=np.uint8)
         return tables
 
     def search_options(self) -> dict[str, Any]:

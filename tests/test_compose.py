@@ -199,7 +199,8 @@ def test_the_default_ladder_of_byte_budgets() -> None:
 
 @pytest.mark.parametrize(("method", "params", "rank_of"), [
     ("svd+binary", {}, lambda b: 8 * b),
-    ("svd+rabitq", {}, lambda b: 8 * (b - 8)),  # 1 bit per dimension and 8 B of float factors
+    ("svd+rabitq", {}, lambda b: 8 * (b - 4)),  # 1 bit per dimension and 4 B of float16 factors
+    ("svd+rabitq", {"quantizer": {"factor_dtype": "float32"}}, lambda b: 8 * (b - 8)),  # 8 B of float32 factors
     ("svd+sq", {"quantizer": {"k": 4}}, lambda b: 2 * b),
     ("svd+int8", {}, lambda b: b),
 ])

@@ -78,7 +78,7 @@ def test_sq_is_faiss_scalar_quantizer(real: tuple[np.ndarray, np.ndarray]) -> No
 @pytest.mark.parametrize("bits", [1, 2])
 def test_rabitq_is_faiss_index_rabitq(real: tuple[np.ndarray, np.ndarray], bits: int) -> None:
     docs, queries = real
-    model, ours = _ours("rabitq", docs, queries, k=bits)
+    model, ours = _ours("rabitq", docs, queries, k=bits, factor_dtype="float32")  # faiss' own code
     theirs = _faiss_direct("RaBitQ" if bits == 1 else f"RaBitQ{bits}", docs, queries)
     if bits == 1:
         _same_top(ours, theirs)
@@ -89,11 +89,12 @@ def test_rabitq_is_faiss_index_rabitq(real: tuple[np.ndarray, np.ndarray], bits:
         assert np.mean(ours[1] == theirs[1]) > 0.95
     code_size = faiss.IndexRaBitQ(docs.shape[1], faiss.METRIC_INNER_PRODUCT, bits).code_size
     assert model.encode(docs[:3], k=bits).bytes_per_vector == code_size == docs.shape[1] * bits // 8 + (8 if bits == 1 else 20)
+    np.testing.assert_array_equal(model.encode(docs, k=bits).codes, model.faiss_index(bits).sa_encode(docs))
 
 
 def test_rabitq_query_bits_and_rotation_match_faiss(real: tuple[np.ndarray, np.ndarray]) -> None:
     docs, queries = real
-    _, ours = _ours("rabitq", docs, queries, query_bits=8, rotation=True)
+    _, ours = _ours("rabitq", docs, queries, query_bits=8, rotation=True, factor_dtype="float32")
     index = faiss.index_factory(docs.shape[1], f"RR{docs.shape[1]},RaBitQ", faiss.METRIC_INNER_PRODUCT)
     index.train(docs)
     index.add(docs)
@@ -202,5 +203,5 @@ def test_budgets_say_what_is_valid(real: tuple[np.ndarray, np.ndarray]) -> None:
     assert rabitq.budgets().options() == [1, 2, 3, 4]
     with pytest.raises(ValueError, match="k=5 is out of range"):
         rabitq.encode(docs[:2], k=5)
-    assert [rabitq.encode(docs[:2], k=b).bytes_per_vector for b in (1, 2, 3, 4)] == [
-        d // 8 + 8, d // 8 + 12 + d // 8 + 8, d // 8 + 12 + 2 * d // 8 + 8, d // 8 + 12 + 3 * d // 8 + 8]
+    assert [rabitq.encode(docs[:2], k=b).bytes_per_vector for b in (1, 2, 3, 4)] == [  # float16 factors, the default
+        d // 8 + 4, d // 8 + 6 + d // 8 + 4, d // 8 + 6 + 2 * d // 8 + 4, d // 8 + 6 + 3 * d // 8 + 4]
