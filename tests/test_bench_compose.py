@@ -98,7 +98,7 @@ def test_bench_row_of_a_composition_equals_the_api_at_32_bytes() -> None:
     codes = compressor.encode(data.corpus, bytes=32)
     _, ids = compressor.index(codes).search(data.queries, 100)
     api = evaluate_ranking(ids, data.qrels).ndcg_at_10
-    assert row["k"] == codes.dim == 192 and row["bytes_per_vector"] == codes.bytes_per_vector <= 32
+    assert row["k"] == codes.dim == 224 and row["bytes_per_vector"] == codes.bytes_per_vector <= 32  # 4 B of float16 factors
     assert abs(row["ndcg_at_10"] - api) <= 0.002 and api > 0.15
 
 
