@@ -24,7 +24,6 @@ data, the machine and the load average before and after.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -41,7 +40,7 @@ from adaptemb.evaluate.machine import machine_info
 from adaptemb.evaluate.metrics import ndcg_at_k
 
 sys.path.insert(0, str(Path(__file__).parent))
-from arguments import integers
+from arguments import data_set_parser
 from records import write_record
 
 RABITQ_FACTOR_BYTES = 8  # two float32 per vector after the sign bits (faiss' 1-bit RaBitQ code)
@@ -132,14 +131,9 @@ def bars(rows: list[dict[str, Any]], budgets: list[int], pairs: str) -> dict[str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", default="default")
-    parser.add_argument("--docs", type=int, default=5000, help="documents of the 768-d subset")
-    parser.add_argument("--bytes", type=integers, default="16,32,64")
+    parser = data_set_parser(__doc__.split("\n")[0], bytes_default="16,32,64")
     parser.add_argument("--pairs", type=int, default=500)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-itq", action="store_true", help="leave out svd+binary with ITQ (the slowest fit)")
-    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     budgets = args.bytes
     data = dataset(args.data, args.docs, args.seed)

@@ -21,7 +21,6 @@ goes to ``docs/img/csr-budget-fit-<data>.png``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -37,7 +36,7 @@ from adaptemb.evaluate.machine import machine_info
 from adaptemb.evaluate.metrics import ndcg_at_k
 
 sys.path.insert(0, str(Path(__file__).parent))
-from arguments import integers
+from arguments import data_set_parser
 from compose_frontier import dataset
 from records import write_record
 
@@ -112,14 +111,9 @@ def _series(row: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", default="default")
-    parser.add_argument("--docs", type=int, default=5000, help="documents of the 768-d stand-in")
-    parser.add_argument("--bytes", type=integers, default=[8, 10, 12, 16, 24, 32])
+    parser = data_set_parser(__doc__.split("\n")[0], bytes_default="8,10,12,16,24,32")
     parser.add_argument("--pairs", type=int, default=500)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scratch", action="store_true", help="also fit one csr per budget at its k, from scratch")
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     load_before = os.getloadavg()
     data = dataset(args.data, args.docs, args.seed)

@@ -22,7 +22,6 @@ average before and after.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -38,7 +37,7 @@ from adaptemb.evaluate.machine import machine_info
 from adaptemb.evaluate.metrics import ndcg_at_k
 
 sys.path.insert(0, str(Path(__file__).parent))
-from arguments import integers
+from arguments import data_set_parser, integers
 from records import write_record
 
 DTYPES = ("float32", "float16")
@@ -102,13 +101,8 @@ def comparisons(rows: list[dict[str, Any]], bits: list[int], budgets: list[int])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", default="default")
-    parser.add_argument("--docs", type=int, default=5000, help="documents of the 768-d subset")
-    parser.add_argument("--bytes", type=integers, default="16,32,64")
+    parser = data_set_parser(__doc__.split("\n")[0], bytes_default="16,32,64")
     parser.add_argument("--bits", type=integers, default="1,2,3,4")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     data = dataset(args.data, args.docs, args.seed)
     load_before, start = os.getloadavg(), time.perf_counter()
