@@ -27,7 +27,7 @@ _VARIANTS: dict[str, tuple[str, dict[str, object], str]] = {
     "csr_symmetric": (
         "csr", {"scoring": "symmetric"}, "csr scored sparse·sparse (the paper's protocol): its own index path"),
     "csr_byte_heads": (
-        "csr", {"byte_budgets": [3, 5], "head_epochs": 1},
+        "csr", {"k": 12, "byte_budgets": [3, 5], "head_epochs": 1},
         "csr with heads fitted for byte budgets: k picks a head (its queries projected by it), bytes the best one"),
     "bsa_cosine": (
         "bsa", {"scoring": "cosine"}, "bsa scored by cosine between binary codes: posting lists with cosine weights"),

@@ -280,11 +280,11 @@ def test_k_anneals_linearly_to_its_target_then_holds() -> None:
 
 def test_heads_fitted_for_byte_budgets(data, tmp_path) -> None:
     x = _clustered(n=3000, d=32, classes=16)[0]
-    params = {**SMALL, "hidden": 128, "k": 16, "epochs": 2, "head_epochs": 2}
+    params = {**SMALL, "hidden": 128, "k": 24, "epochs": 2, "head_epochs": 2}
     compressor = adaptemb.fit(x, "csr", bytes=[6, 10, 40], **params)
     reports = {entry["bytes"]: entry for entry in compressor.fit_report["extra"]["heads"]}
     assert set(reports) == {6, 10, 40}
-    assert reports[40]["k"] >= 16 and not reports[40]["kept"] and "main fit" in reports[40]["why"]
+    assert reports[40]["k"] > 24 / 3 and not reports[40]["kept"] and "main fit" in reports[40]["why"]
     for nbytes in (6, 10):  # k of the packed code at 2-bit values: 8 B / (8 index bits + 2)
         entry = reports[nbytes]
         assert entry["k"] == 8 * nbytes // 10
