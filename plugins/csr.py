@@ -178,14 +178,12 @@ class CSRCompressor(Compressor):
         shift, scale = self._normalisation(x)
         normalise = _Normaliser(self.config.normalize, shift, scale)
         rows = normalise(x)
-        ids = torch.arange(len(rows))
-        model = self._train(normalise, rows, [rows, rows, ids], (rows, rows, ids))
-        self._heads = [self._finish_head(model, self.config.k, 0, normalise, rows, x, supervision)]
-        self._fit_heads(normalise, rows, x, supervision)
+        model = self._train(normalise, rows, _own_partners(rows), _own_partners(rows))
+        self._fit_heads(model, normalise, rows, x, supervision)
 
     def _fit_stream(self, stream: RowStream, **supervision: Any) -> None:
-        """Every row of the stream, in shuffled minibatches (pairs mixed into each batch in proportion); the
-        normalisation statistics, initial model, loss measurements and report come from a uniform sample."""
+        """Every row of the stream, in shuffled minibatches; the normalisation statistics, initial model, loss
+        measurements, report, pairs' fine-tune and heads come from a uniform sample."""
         positions, sample = stream.sample(self.stream_sample_rows, self.config.seed)
         shift, scale = self._normalisation(sample)
         normalise = _Normaliser(self.config.normalize, shift, scale)
@@ -194,9 +192,8 @@ class CSRCompressor(Compressor):
         data = StreamBatches.holding_out(stream, prepare, (positions, sample), self.config.val_fraction, self.config.seed)
         raw = sample
         sample = normalise(sample)  # one normalised copy serves the start, the measurements and the report
-        model = self._train(normalise, sample, data, (sample, sample, torch.arange(len(sample))))
-        self._heads = [self._finish_head(model, self.config.k, 0, normalise, sample, raw, supervision)]
-        self._fit_heads(normalise, sample, raw, supervision)
+        model = self._train(normalise, sample, data, _own_partners(sample))
+        self._fit_heads(model, normalise, sample, raw, supervision)
 
     def _finish_head(self, model: CSRModel, k: int, nbytes: int, normalise: _Normaliser, rows: torch.Tensor,
                      raw: torch.Tensor, supervision: dict[str, Any]) -> _Head:
@@ -204,17 +201,20 @@ class CSRCompressor(Compressor):
         model, supervised = self._fine_tune(model, k, normalise, rows, **supervision)
         assert self.fit_report is not None
         tables = self._value_tables(model, raw)
-        if nbytes == 0:
-            self.fit_report["extra"].update({"supervised": supervised} if supervised else {})
-            self.fit_report["extra"].update({"value_choices": tables.rows()} if tables else {})
+        if nbytes == 0 and supervised:
+            self.fit_report["extra"]["supervised"] = supervised
+        if nbytes == 0 and tables:
+            self.fit_report["extra"]["value_choices"] = tables.rows()
         return _Head(k, nbytes, model, tables, supervised)
 
-    def _fit_heads(self, normalise: _Normaliser, rows: torch.Tensor, raw: torch.Tensor,
+    def _fit_heads(self, model: CSRModel, normalise: _Normaliser, rows: torch.Tensor, raw: torch.Tensor,
                    supervision: dict[str, Any]) -> None:
-        """For each of ``byte_budgets`` whose code holds at most a third of the main fit's k: a head fine-tuned
-        from the main fit with k annealed down to the k the budget holds at ``HEAD_VALUE_BITS``; kept when its best
-        code of that size recalls more of the held-out slice than the main fit's (the fit report says which)."""
-        main, reports = self._heads[0], []
+        """The main head from the trained ``model``; then, for each of ``byte_budgets`` whose code holds at most a
+        third of the main fit's k, a head fine-tuned from the main fit with k annealed down to the k the budget
+        holds at ``HEAD_VALUE_BITS``, kept when its best code of that size recalls more of the held-out slice than
+        the main fit's (the fit report says which)."""
+        main = self._finish_head(model, self.config.k, 0, normalise, rows, raw, supervision)
+        self._heads, reports = [main], []
         for nbytes in sorted(set(self.config.byte_budgets or ()), reverse=True):
             k = head_k(nbytes, main.model.hidden)
             if k < 1 or k > HEAD_MAX_SHARE * main.k:
@@ -241,7 +241,7 @@ class CSRCompressor(Compressor):
         fractions at k before and after."""
         cfg = self.config
         tune = cfg.model_copy(update={"epochs": cfg.head_epochs, "k": k, "k_start": k_from, "val_fraction": 0.0})
-        data = [rows, rows, torch.arange(len(rows))]
+        data = _own_partners(rows)
         objective = CSRObjective(copy.deepcopy(model), _loss_settings(tune, _anneal_steps(tune, data)))
         before = _dead_fraction(model, rows, k)
         train(objective, data, tune, description=f"csr k={k}")
@@ -270,8 +270,7 @@ class CSRCompressor(Compressor):
             device = next(model.parameters()).device
 
             def scores(queries: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
-                values, indices = model.sparse_codes(pool.to(device), cfg.k)
-                keys = torch.zeros(len(pool), model.hidden, device=device).scatter(1, indices, torch.relu(values))
+                keys = model.dense_codes(pool.to(device), cfg.k)
                 return (model.query_pre_activations(queries.to(device)) @ keys.T).cpu()
 
             return -held_out_mrr(scores, data)
@@ -279,10 +278,10 @@ class CSRCompressor(Compressor):
         measured = len(data.held_queries) >= MIN_HELD_OUT
         with torch.no_grad():
             before = -measure() if measured else None
-        per_epoch = math.ceil(len(data.rows) / cfg.batch_size)
         tune = cfg.model_copy(update={"epochs": cfg.supervised_epochs, "val_fraction": 0.0, "lr": cfg.supervised_lr})
+        every = _steps_per_epoch(tune, data.tensors())
         report = train(objective, data.tensors(), tune, description="csr supervised",
-                       checkpoints=Checkpoints(measure, every=per_epoch) if measured else None)
+                       checkpoints=Checkpoints(measure, every=every) if measured else None)
         return objective.cpu().eval().model, {
             "held_out_queries": len(data.held_queries), "held_out_mrr_before": before,
             "held_out_mrr_after": None if report.val_loss is None else -report.val_loss,
@@ -302,7 +301,7 @@ class CSRCompressor(Compressor):
                                     lambda q: self._query_projection(q, model), self._query_rows, docs, queries, model.hidden)
 
     def _train(self, normalise: _Normaliser, x: torch.Tensor, data: Any,
-               measured: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> CSRModel:
+               measured: list[torch.Tensor]) -> CSRModel:
         """Initialise from the normalised rows ``x``, train on ``data``, measure losses on ``measured`` before
         and after; the model (its report is the fit report)."""
         cfg = self.config
@@ -581,8 +580,12 @@ class _StreamRows:
         self.normalise = normalise
 
     def __call__(self, batch: torch.Tensor) -> list[torch.Tensor]:
-        rows = self.normalise(batch)
-        return [rows, rows, torch.arange(len(rows))]
+        return _own_partners(self.normalise(batch))
+
+
+def _own_partners(rows: torch.Tensor) -> list[torch.Tensor]:
+    """Training tensors of rows with no supervision: each row its own partner, alone in its group."""
+    return [rows, rows, torch.arange(len(rows))]
 
 
 def _loss_settings(cfg: CSRConfig, anneal_steps: int) -> LossSettings:
@@ -594,11 +597,14 @@ def _loss_settings(cfg: CSRConfig, anneal_steps: int) -> LossSettings:
 
 def _anneal_steps(cfg: CSRConfig, data: Any) -> int:
     """The optimisation steps over which k is annealed: ``anneal_share`` of the steps the fit may take."""
+    return int(cfg.anneal_share * cfg.epochs * _steps_per_epoch(cfg, data))
+
+
+def _steps_per_epoch(cfg: CSRConfig, data: Any) -> int:
+    """Optimisation steps of one epoch over ``data`` (a stream, or tensors of which ``val_fraction`` is held out)."""
     if isinstance(data, StreamBatches):
-        per_epoch = data.steps_per_epoch(cfg.batch_size)
-    else:
-        per_epoch = math.ceil(len(data[0]) * (1 - cfg.val_fraction) / cfg.batch_size)
-    return int(cfg.anneal_share * cfg.epochs * per_epoch)
+        return data.steps_per_epoch(cfg.batch_size)
+    return math.ceil(len(data[0]) * (1 - cfg.val_fraction) / cfg.batch_size)
 
 
 class _Normaliser:

@@ -128,6 +128,11 @@ class CSRModel(nn.Module):
         values, indices = torch.topk(self.pre_activations(x), k, dim=1)
         return torch.relu(values), indices
 
+    def dense_codes(self, x: torch.Tensor, k: int) -> torch.Tensor:
+        """The k-sparse codes of normalised rows as dense (B, h) rows (zeros off the top k)."""
+        values, indices = self.sparse_codes(x, k)
+        return torch.zeros(len(x), self.hidden, dtype=values.dtype, device=values.device).scatter(1, indices, values)
+
     def decode_dense(self, z: torch.Tensor) -> torch.Tensor:
         """``W_dec z + b_pre`` for dense (B, h) codes, in the normalised space."""
         return z @ self.decoder.to(z.dtype) + self.pre_bias.to(z.dtype)

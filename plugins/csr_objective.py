@@ -112,9 +112,7 @@ class CSRObjective(nn.Module):
         if self.losses.view_dropout == 0 and torch.equal(partner, x):
             return info_nce(z_k, z_k, self.losses.temperature, positives=positives)  # the identical pass
         view = F.dropout(partner, p=self.losses.view_dropout, training=True) if self.losses.view_dropout else partner
-        values, indices = torch.topk(self.model.pre_activations(view), k, dim=1)
-        keys = torch.zeros_like(z_k).scatter(1, indices, torch.relu(values))
-        return info_nce(z_k, keys, self.losses.temperature, positives=positives)
+        return info_nce(z_k, self.model.dense_codes(view, k), self.losses.temperature, positives=positives)
 
     def group_loss(self, pre: torch.Tensor, x: torch.Tensor, z_k: torch.Tensor, partner: torch.Tensor,
                    group: torch.Tensor, weight: torch.Tensor, k: int) -> torch.Tensor:
@@ -122,16 +120,10 @@ class CSRObjective(nn.Module):
         the k-sparse codes of every partner in the batch, ``<pre(x_i), z(p_j)> / τ``, InfoNCE with the rows of
         ``x_i``'s group as positives (a query and its relevant documents share a group; an unpaired row is its own
         partner, alone in its group), weighted per anchor (pairs weigh ``weight``)."""
-        if torch.equal(partner, x):
-            keys = z_k
-        else:
-            values, indices = torch.topk(self.model.pre_activations(partner), k, dim=1)
-            keys = torch.zeros_like(z_k).scatter(1, indices, torch.relu(values))
+        keys = z_k if torch.equal(partner, x) else self.model.dense_codes(partner, k)
         anchors = pre if self.model.query_map is None else self.model.query_pre_activations(x)
-        logits = anchors.float() @ keys.float().T / self.losses.group_temperature
-        positives = group[:, None] == group[None, :]
-        per_row = torch.logsumexp(logits, dim=1) - torch.logsumexp(logits.masked_fill(~positives, float("-inf")), dim=1)
-        return (per_row * weight).sum() / weight.sum()
+        return info_nce(anchors, keys, self.losses.group_temperature, positives=group[:, None] == group[None, :],
+                        normalize=False, weights=weight)
 
     @torch.no_grad()
     def _update_dead(self, indices: torch.Tensor, values: torch.Tensor) -> None:

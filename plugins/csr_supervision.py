@@ -58,8 +58,8 @@ def group_rows(x: torch.Tensor, pairs: tuple[torch.Tensor, torch.Tensor] | None,
             weights=torch.cat([torch.ones(n), torch.full((len(kept),), pair_weight)]),
             held_queries=queries[held], held_groups=offset + held,
             pool=torch.cat([docs[held], x[pool_rows]]), pool_groups=torch.cat([offset + held, torch.full((len(pool_rows),), -1)]))
-    order = torch.randperm(n, generator=generator)
-    cut = round(held_out * n) if labels is not None else 0
+    order = torch.randperm(n, generator=generator)  # labels (the caller passes pairs or labels)
+    cut = round(held_out * n)
     held, kept = order[:cut], order[cut:].sort().values
     pool_rows = kept[torch.randperm(len(kept), generator=generator)[:POOL_ROWS]]
     return GroupRows(rows=x[kept], partners=x[kept], groups=corpus_groups[kept], weights=torch.ones(len(kept)),
