@@ -3,7 +3,7 @@
 from adaptemb._version import __version__
 from adaptemb.api import compress, fit, get_compressor, list_compressors, load, load_codes, load_index
 from adaptemb.batches import Batches, StreamBatches, TensorBatches
-from adaptemb.budgets import Budgets
+from adaptemb.budgets import Budgets, ByteBudgets
 from adaptemb.codes import (
     BinaryCodes,
     BinarySparseCodes,
@@ -67,6 +67,7 @@ __all__ = [
     "BinaryCodes",
     "BinarySparseCodes",
     "Budgets",
+    "ByteBudgets",
     "Checkpoints",
     "Codes",
     "CompressedIndex",

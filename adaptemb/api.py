@@ -80,7 +80,7 @@ def fit(
             raise InvalidConfigError(f"{method} is not fitted for a byte budget (its config has no byte_budgets); fit "
                                      f"it, then encode(x, bytes={bytes!r})", parameter="bytes", value=bytes,
                                      valid=_fitted_for_bytes())
-        params["byte_budgets"] = [bytes] if isinstance(bytes, (int, float)) else list(bytes)
+        params["byte_budgets"] = bytes  # one number or several: the config's ByteBudgets reads both
     return cls(**params).fit(emb, pairs=pairs, labels=labels, key=key, input_kind=input_kind, input_scale=input_scale,
                              input_offset=input_offset, input_dim=input_dim)
 

@@ -10,11 +10,28 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Annotated, Any
 
 import numpy as np
+import pydantic
 
 from adaptemb.errors import InvalidConfigError, InvalidConfigTypeError
 from adaptemb.validation import check_budget
+
+
+def byte_budget_tuple(value: Any) -> tuple[int, ...] | None:
+    """A config's ``byte_budgets`` as given (one number, or a list or tuple of them) as a tuple of whole bytes, each
+    >= 1; None stays None; anything else is refused, saying what is valid."""
+    if value is None:
+        return None
+    items = (value,) if isinstance(value, (int, float)) else tuple(value)
+    if not items or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in items):
+        raise ValueError(f"byte_budgets must be whole numbers of bytes >= 1 (e.g. 16 or [10, 16, 32]); got {value!r}")
+    return tuple(int(b) for b in items)
+
+
+ByteBudgets = Annotated[tuple[int, ...] | None, pydantic.BeforeValidator(byte_budget_tuple)]
+"""The type of a config's ``byte_budgets`` (the budgets ``fit(..., bytes=...)`` passes)."""
 
 
 @dataclass(frozen=True)

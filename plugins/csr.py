@@ -24,10 +24,11 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from adaptemb import (
     Budgets,
+    ByteBudgets,
     Checkpoints,
     Codes,
     Compressor,
@@ -100,7 +101,7 @@ class CSRConfig(TrainingConfig):
                             "(d x d, from the identity; documents never pass through it).")
     held_out_share: float = Field(0.2, ge=0, lt=1, description="Share of the pairs (or labelled rows) held out to "
                                   "stop the fine-tune on.")
-    byte_budgets: tuple[int, ...] | None = Field(
+    byte_budgets: ByteBudgets = Field(
         None, description="Bytes per vector to fit heads for (fit(..., bytes=B)): for each budget whose code holds "
         "at most k/3 latents, a head fine-tuned from the main fit with k annealed down to the k it holds at 2-bit "
         "values; kept when it recalls more of the held-out slice than the main fit's code of that size.")
@@ -120,17 +121,6 @@ class CSRConfig(TrainingConfig):
     lr: float = Field(3e-3, gt=0, description="Adam learning rate.")
     adam_eps: float = Field(6.25e-10, gt=0, description="Adam epsilon (the paper's).")
     val_fraction: float = Field(0.0, ge=0, lt=0.5, description="Rows held out for early stopping (0: train on all).")
-
-    @field_validator("byte_budgets", mode="before")
-    @classmethod
-    def _budget_list(cls, value: Any) -> Any:
-        """One number or a list of them, as a tuple of whole bytes (each >= 1)."""
-        if value is None:
-            return None
-        items = (value,) if isinstance(value, (int, float)) else tuple(value)
-        if not items or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1 for b in items):
-            raise ValueError(f"byte_budgets must be whole numbers of bytes >= 1 (e.g. 16 or [10, 16, 32]); got {value!r}")
-        return tuple(int(b) for b in items)
 
     @model_validator(mode="before")
     @classmethod

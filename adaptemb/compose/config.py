@@ -13,6 +13,7 @@ from typing import Any, Literal
 import pydantic
 from pydantic import Field
 
+from adaptemb.budgets import ByteBudgets
 from adaptemb.config import CompressorConfig, config_error_message
 from adaptemb.errors import InvalidConfigError, did_you_mean
 
@@ -25,7 +26,7 @@ class ComposedConfig(CompressorConfig):
 
     k: int | None = Field(None, ge=1, description="Projection rank encode() uses by default (a rank the fit prepared); "
                           "None: the largest prepared rank.")
-    byte_budgets: tuple[int, ...] | None = Field(
+    byte_budgets: ByteBudgets = Field(
         None, description="Bytes per vector the fit prepares a projection rank for (the largest rank whose codes fit "
         "each); None: 1, 2, 3, 4, 6, 8, 12, 16, 24, ... up to the code of the full rank, which is always prepared.")
     rotation: Literal["auto", "random", "itq", "none"] = Field(
@@ -35,18 +36,6 @@ class ComposedConfig(CompressorConfig):
     float_queries: bool = Field(
         True, description="Score the float query (through projection and rotation) against the quantised documents "
         "where the quantiser or an index backend can; False: queries are quantised like documents.")
-
-    @pydantic.field_validator("byte_budgets", mode="before")
-    @classmethod
-    def _list_as_tuple(cls, value: Any) -> Any:
-        return tuple(value) if isinstance(value, list) else value
-
-    @pydantic.field_validator("byte_budgets")
-    @classmethod
-    def _positive(cls, value: tuple[int, ...] | None) -> tuple[int, ...] | None:
-        if value is not None and (not value or min(value) < 1):
-            raise ValueError("byte_budgets must list at least one number of bytes, each >= 1")
-        return value
 
 
 def composed_config(name: str, projection: type[CompressorConfig],
