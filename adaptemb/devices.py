@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
+Device = Literal["auto", "cpu", "cuda"]
+"""Where to fit, encode and search: auto (CUDA when torch sees a GPU), cpu or cuda."""
+DEVICE_CHOICES: tuple[str, ...] = get_args(Device)
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:

@@ -40,6 +40,11 @@ from adaptemb.rows import row_batches, start_ray
 from adaptemb.serialization import atomic_write, existing_file
 from adaptemb.threads import set_threads
 
+Side = Literal["doc", "query"]
+"""Which codes an encode run writes: document codes (``encode``) or query codes (``encode_queries``)."""
+Engine = Literal["local", "ray"]
+"""Who reads and encodes a stream of rows: this process, or Ray Data actors."""
+
 SHARDS_FORMAT = "adaptemb.code-shards"
 SHARDS_FORMAT_VERSION = "1"
 MANIFEST = "manifest.json"
@@ -106,12 +111,12 @@ def encode_files(
     *,
     k: int | None = None,
     bytes: float | None = None,
-    side: Literal["doc", "query"] = "doc",
+    side: Side = "doc",
     key: str | None = None,
     shard_rows: int = 262_144,
     batch_rows: int = 16_384,
     progress: bool = True,
-    engine: Literal["local", "ray"] = "local",
+    engine: Engine = "local",
     ray_address: str | None = None,
 ) -> EncodeResult:
     """Encode the rows of ``inputs`` (files, in order) into parquet shards under ``out``; resume a killed run.

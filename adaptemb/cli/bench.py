@@ -14,8 +14,9 @@ from rich.console import Console
 
 from adaptemb.cli.app import app
 from adaptemb.cli.errors import friendly_errors
-from adaptemb.cli.options import Device, flag, parse_ints
+from adaptemb.cli.options import flag, parse_ints
 from adaptemb.config import parse_params
+from adaptemb.devices import Device
 
 DEFAULT_BUDGETS = "16,32,64"
 DEFAULT_BYTES = "16,32,64"
@@ -90,7 +91,7 @@ def bench_command(
     nbytes: Annotated[str | None, typer.Option(
         "--bytes", help="Comma list of byte budgets per vector (default 16,32,64; add 128 or more as you need): each method encodes at its "
         "largest k whose codes fit, so every method is compared at equal bytes.")] = None,
-    device: Annotated[Device, typer.Option("--device", help="Where to fit and search: auto (CUDA when present), cpu or cuda.")] = Device.auto,
+    device: Annotated[Device, typer.Option("--device", help="Where to fit and search: auto (CUDA when present), cpu or cuda.")] = "auto",
     out: Annotated[Path, typer.Option("--out", help="Folder for results.json/.csv, plots and report.md.")] = Path("bench-results"),
     rerank: Annotated[bool, flag("rerank", "Add funnel rows: shortlist with codes, rerank with float32 / int8.")] = False,
     shortlist: Annotated[int, typer.Option("--shortlist", min=1, help="Shortlist size for --rerank.")] = 100,
@@ -130,7 +131,7 @@ def bench_command(
     if scale:
         scale_ks: tuple[int | None, ...] = (None,) if scale_budgets.strip() == "default" else tuple(
             parse_ints(scale_budgets, "--scale-budgets"))
-        scale_config = ScaleConfig(rows=scale, noise=scale_noise, budgets=scale_ks, device=device.value, seed=seed,
+        scale_config = ScaleConfig(rows=scale, noise=scale_noise, budgets=scale_ks, device=device, seed=seed,
                                    baselines=tuple(b.strip() for b in scale_baselines.split(",") if b.strip()),
                                    batch_size=batch_size, warmup=warmup, rounds=min(rounds, 3), progress=not quiet,
                                    check_queries=scale_check)
@@ -138,7 +139,7 @@ def bench_command(
         raise ValueError("pass --bytes (byte budgets) or --budgets (each method's own k), not both")
     byte_budgets = None if budgets is not None else parse_ints(nbytes or DEFAULT_BYTES, "--bytes")
     config = BenchConfig(methods=names or [], budgets=parse_ints(budgets or DEFAULT_BUDGETS, "--budgets"), bytes=byte_budgets,
-                         device=device.value, rerank=rerank, shortlist=shortlist, seed=seed, rounds=rounds, warmup=warmup,
+                         device=device, rerank=rerank, shortlist=shortlist, seed=seed, rounds=rounds, warmup=warmup,
                          batch_size=batch_size, method_params=method_params(param or []), fit_progress=not quiet,
                          fit_labels=fit_labels, scale=scale_config)
     progress = (lambda msg: console.print(f"[dim]- {msg}[/dim]"))

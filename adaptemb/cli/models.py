@@ -20,19 +20,15 @@ from adaptemb.cli.options import (
     ByteBudgetsOption,
     BytesOption,
     CompressorOption,
-    Engine,
     InputDimOption,
-    InputKind,
     InputKindOption,
     InputOffsetOption,
     InputOption,
     InputScaleOption,
     KeyOption,
-    Modality,
     OldBackboneOption,
     OldCompressorOption,
     Quantize,
-    Side,
     budget_within,
     chosen,
     deprecated,
@@ -43,9 +39,11 @@ from adaptemb.cli.options import (
 from adaptemb.cli.output import console, plural, print_report, write_json
 from adaptemb.config import parse_params
 from adaptemb.data import load_embeddings
+from adaptemb.onnx.backbones import Modality
 from adaptemb.progress import progress_bar
 from adaptemb.rows import RowStream
 from adaptemb.serialization import save_codes
+from adaptemb.streaming import Engine, Side
 
 PARITY_FAILED = 1
 """Exit code of export-encoder when the graph it wrote misses its parity bar (errors exit with 2)."""
@@ -83,7 +81,7 @@ def fit_command(
                                  "than memory; any format --input reads): methods that train by minibatches "
                                  "read every row, the others fit a uniform sample.")] = False,
     engine: Annotated[Engine, typer.Option("--engine", help="With --stream: local (this process reads) or ray (Ray "
-                                           "Data reads .parquet / .npy; pip install 'adaptemb\\[ray]').")] = Engine.local,
+                                           "Data reads .parquet / .npy; pip install 'adaptemb\\[ray]').")] = "local",
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="A Ray cluster for --engine ray; default: start Ray here.")] = None,
     pair_queries: Annotated[Path | None, typer.Option(
         "--pair-queries", help="Query embeddings of labelled (query, document) pairs, row i paired with row i of "
@@ -94,7 +92,7 @@ def fit_command(
         "--labels", help="One integer class label per input row (.npy or .npz), for methods that learn from labels.")] = None,
     report: Annotated[Path | None, typer.Option(
         "--report", help="Also write the whole fit report (every loss and statistic) to this JSON file.")] = None,
-    input_kind: InputKindOption = InputKind.float,
+    input_kind: InputKindOption = "float",
     input_scale: InputScaleOption = None,
     input_offset: InputOffsetOption = None,
     input_dim: InputDimOption = None,
@@ -102,14 +100,14 @@ def fit_command(
     """Fit a compressor on an embedding file and save it as one safetensors file."""
     params = parse_params(param or [])
     inputs = input_options(input_kind, input_scale, input_offset, input_dim)
-    if stream and input_kind is not InputKind.float:
+    if stream and input_kind != "float":
         raise ValueError("--stream reads float embeddings; integer embeddings (--input-kind) are fitted in memory")
-    if not stream and (engine is not Engine.local or ray_address is not None):
+    if not stream and (engine != "local" or ray_address is not None):
         raise ValueError("--engine and --ray-address choose how a stream is read: add --stream")
     supervision = _supervision(pair_queries, pair_documents, labels)
     for_bytes: dict[str, Any] = {} if nbytes is None else {"bytes": parse_ints(nbytes, "--bytes")}
     if stream:
-        ray = engine is Engine.ray
+        ray = engine == "ray"
         source: Any = RowStream.through_ray(input_path, key=key, address=ray_address) if ray else input_path
         compressor = fit_compressor(source, method, key=None if ray else key, **for_bytes, **supervision, **params)
     else:
@@ -150,9 +148,9 @@ def compress_command(
     nbytes: BytesOption = None,
     side: Annotated[Side, typer.Option(
         "--side", help="doc: document codes (encode); query: query codes (encode_queries), which asymmetric "
-        "methods (csr, bsa) make differently.")] = Side.doc,
+        "methods (csr, bsa) make differently.")] = "doc",
     key: KeyOption = None,
-    input_kind: InputKindOption = InputKind.float,
+    input_kind: InputKindOption = "float",
     input_scale: InputScaleOption = None,
     input_offset: InputOffsetOption = None,
     input_dim: InputDimOption = None,
@@ -164,7 +162,7 @@ def compress_command(
     k = budget_within(fitted, k, nbytes)
     inputs = input_options(input_kind, input_scale, input_offset, input_dim)
     embeddings = load_embeddings(input_path, key=key)
-    encode = fitted.encode if side is Side.doc else fitted.encode_queries
+    encode = fitted.encode if side == "doc" else fitted.encode_queries
     parts = []
     with progress_bar(total=len(embeddings), desc=f"encode {fitted.name}", unit="rows", unit_scale=True) as bar:
         for start in range(0, max(len(embeddings), 1), COMPRESS_ROWS):  # rows in memory; batches show progress
@@ -174,7 +172,7 @@ def compress_command(
     save_codes(codes, output)
     picked = f" at k={k} (the largest within {nbytes} bytes)" if nbytes is not None else ""
     console.print(
-        f"wrote {plural(len(codes), f'{codes.kind} {side.value} code')} (dim {codes.dim}){picked} to {output}: "
+        f"wrote {plural(len(codes), f'{codes.kind} {side} code')} (dim {codes.dim}){picked} to {output}: "
         f"{codes.bytes_per_vector:.1f} bytes per vector, {codes.nbytes:,} bytes in all"
     )
 
@@ -226,11 +224,11 @@ def export_encoder_command(
     k: Annotated[int | None, typer.Option("--k", "-k", help="Budget the encoder emits (default: the method's).")] = None,
     nbytes: BytesOption = None,
     modality: Annotated[Modality, typer.Option(
-        "--modality", help="auto: image for efficientnet-lite0, timm:, open_clip: and timm folders, else text.")] = Modality.auto,
+        "--modality", help="auto: image for efficientnet-lite0, timm:, open_clip: and timm folders, else text.")] = "auto",
     quantize: Annotated[Quantize, typer.Option(
         "--quantize", help="dynamic: quantise the backbone's weights to int8 (onnxruntime) and report the size, speed "
         "and code agreement of the int8 graph; below its parity bar the file is still written, the output says "
-        "FAILED and the exit code is 1.")] = Quantize.none,
+        "FAILED and the exit code is 1.")] = "none",
     sample: Annotated[Path | None, typer.Option(
         "--sample", help="Inputs to check parity on: a text file (one text per line) or an .npy of images "
         "(default: built-in sentences / Fashion-MNIST test images).")] = None,
@@ -256,8 +254,8 @@ def export_encoder_command(
         else:
             items = [line for line in sample.read_text(encoding="utf-8").splitlines() if line.strip()]
     result = export_encoder(
-        model, fitted, output, k=k, modality=modality.value,  # type: ignore[arg-type]
-        quantize=None if quantize is Quantize.none else quantize.value,  # type: ignore[arg-type]
+        model, fitted, output, k=k, modality=modality,
+        quantize=None if quantize == "none" else quantize,
         sample=items, include_embedding=with_embedding, weights=weights, image_size=image_size,
     )
     console.print(str(result), markup=False, highlight=False)

@@ -1,7 +1,7 @@
 """One option vocabulary for every command.
 
 ``--compressor/-c`` names a fitted compressor file, ``--backbone`` an encoder model, ``-o/--output`` one
-file to write and ``--out`` a folder; boolean options come as ``--flag/--no-flag``; closed choices are enums.
+file to write and ``--out`` a folder; boolean options come as ``--flag/--no-flag``; closed choices are the library's Literal types.
 Spellings that were replaced keep working for one release: they are hidden from ``--help`` and print a
 one-line deprecation note (``deprecated``) when used.
 """
@@ -9,13 +9,13 @@ one-line deprecation note (``deprecated``) when used.
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import numpy as np
 import typer
 
+from adaptemb.inputs import InputKind
 from adaptemb.serialization import existing_file
 
 if TYPE_CHECKING:
@@ -24,56 +24,8 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 
-class Side(str, Enum):
-    """Which side of the search an encode run writes."""
-
-    doc = "doc"
-    query = "query"
-
-
-class Engine(str, Enum):
-    """Who reads and encodes a stream of rows."""
-
-    local = "local"
-    ray = "ray"
-
-
-class Device(str, Enum):
-    """Where the bench fits and searches."""
-
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-class VectorDB(str, Enum):
-    """The vector databases ``export-codes`` writes into."""
-
-    qdrant = "qdrant"
-    milvus = "milvus"
-
-
-class Modality(str, Enum):
-    """What an encoder backbone takes."""
-
-    auto = "auto"
-    text = "text"
-    image = "image"
-
-
-class Quantize(str, Enum):
-    """ONNX quantisation of an exported backbone."""
-
-    none = "none"
-    dynamic = "dynamic"
-
-
-class InputKind(str, Enum):
-    """What the values of an input embedding file are (never guessed from the dtype)."""
-
-    float = "float"
-    int8 = "int8"
-    ubinary = "ubinary"
+Quantize = Literal["none", "dynamic"]
+"""ONNX quantisation of an exported backbone."""
 
 
 def flag(name: str, help: str, *short: str) -> Any:
@@ -178,7 +130,7 @@ def number_or_array(text: str | None, option: str) -> float | np.ndarray | None:
 def input_options(kind: InputKind, scale: str | None, offset: str | None, dim: int | None) -> dict[str, Any]:
     """The ``input_kind`` keyword arguments of ``fit`` / ``encode`` from the command-line options (only those given,
     so a float run passes none and the library checks the combination)."""
-    options: dict[str, Any] = {"input_kind": kind.value}
+    options: dict[str, Any] = {"input_kind": kind}
     for name, value in (("input_scale", number_or_array(scale, "--input-scale")),
                         ("input_offset", number_or_array(offset, "--input-offset")), ("input_dim", dim)):
         if value is not None:

@@ -17,19 +17,17 @@ from adaptemb.cli.options import (
     BudgetOption,
     BytesOption,
     CompressorOption,
-    Engine,
     KeyOption,
     OldCompressorOption,
-    Side,
-    VectorDB,
     check_one_budget,
     chosen,
     deprecated_option,
     flag,
 )
 from adaptemb.cli.output import console, plural
-from adaptemb.streaming import encode_files, read_code_shards
+from adaptemb.streaming import Engine, Side, encode_files, read_code_shards
 from adaptemb.vectordb import export_codes
+from adaptemb.vectordb.export import VectorDB
 
 INTERRUPTED = 130
 """Exit code after Ctrl-C (128 + SIGINT), as shells report it."""
@@ -46,12 +44,12 @@ def encode_command(
         "--out", help="Folder for the code shards (part-*.parquet) and manifest.json; created if needed.")] = None,
     k: BudgetOption = None,
     nbytes: BytesOption = None,
-    side: Annotated[Side, typer.Option("--side", help="doc: document codes; query: query codes (encode_queries).")] = Side.doc,
+    side: Annotated[Side, typer.Option("--side", help="doc: document codes; query: query codes (encode_queries).")] = "doc",
     key: KeyOption = None,
     shard_rows: Annotated[int, typer.Option("--shard-rows", min=1, help="Rows per output shard (the unit of resume).")] = 262_144,
     batch_rows: Annotated[int, typer.Option("--batch-rows", min=1, help="Rows encoded at a time (bounds memory).")] = 16_384,
     engine: Annotated[Engine, typer.Option("--engine", help="local: this process; ray: Ray Data actors "
-                                           "(pip install 'adaptemb\\[ray]').")] = Engine.local,
+                                           "(pip install 'adaptemb\\[ray]').")] = "local",
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="A Ray cluster (e.g. ray://head:10001); default: start Ray here.")] = None,
     old_model: OldCompressorOption = None,
     old_out: Annotated[Path | None, deprecated_option("-o", replacement="--out")] = None,
@@ -61,8 +59,8 @@ def encode_command(
     folder = chosen(out, old_out, new="--out", old="-o")
     check_one_budget(k, nbytes)
     try:
-        result = encode_files(inputs, path, folder, k=k, bytes=nbytes, side=side.value,  # type: ignore[arg-type]
-                              key=key, shard_rows=shard_rows, batch_rows=batch_rows, engine=engine.value,
+        result = encode_files(inputs, path, folder, k=k, bytes=nbytes, side=side,
+                              key=key, shard_rows=shard_rows, batch_rows=batch_rows, engine=engine,
                               ray_address=ray_address)
     except KeyboardInterrupt:
         print(f"\ninterrupted: the shards written so far are kept in {folder}; run the same command again to "
@@ -84,7 +82,7 @@ def export_codes_command(
                                           "(embedded, created if needed) or a server URL (http(s)://host:6333). "
                                           "Milvus: a local file ending in .db (Milvus Lite) or a server URI "
                                           "(http://host:19530).")],
-    to: Annotated[VectorDB, typer.Option("--to", help="The vector database (the qdrant / milvus extra).")] = VectorDB.qdrant,
+    to: Annotated[VectorDB, typer.Option("--to", help="The vector database (the qdrant / milvus extra).")] = "qdrant",
     collection: Annotated[str, typer.Option("--collection", help="Collection to create.")] = "adaptemb",
     recreate: Annotated[bool, flag("recreate", "Replace the collection if it exists (default: refuse).")] = False,
     api_key_env: Annotated[str | None, typer.Option(
@@ -106,7 +104,7 @@ def export_codes_command(
         codes, ids = read_code_shards(codes_path, ids=True)
     else:
         codes, ids = load_codes(codes_path), None
-    result = export_codes(codes, to=to.value, location=location, collection=collection, ids=ids,
+    result = export_codes(codes, to=to, location=location, collection=collection, ids=ids,
                           recreate=recreate, api_key_env=api_key_env, ca_cert=ca_cert)
     sent = f" ({result.credentials})" if result.credentials else ""
-    console.print(f"wrote {plural(len(codes), f'{codes.kind} code')} into {to.value} collection {collection!r} at {location}{sent}")
+    console.print(f"wrote {plural(len(codes), f'{codes.kind} code')} into {to} collection {collection!r} at {location}{sent}")

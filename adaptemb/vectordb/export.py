@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import SecretStr
@@ -23,6 +23,9 @@ from adaptemb.vectordb.milvus import (
     release_milvus_lite,
 )
 from adaptemb.vectordb.qdrant import export_qdrant, open_qdrant
+
+VectorDB = Literal["qdrant", "milvus"]
+"""The vector databases ``export_codes`` writes into."""
 
 MEMORY_REFUSED = (
     "export_codes does not write to ':memory:': an in-memory database is gone when export_codes returns. "
@@ -54,7 +57,7 @@ class CodesExport:
                 f"{self.location} ({self.vector}{sent})")
 
 
-def export_codes(codes: Codes, *, to: str = "qdrant", location: str | Any, collection: str = "adaptemb",
+def export_codes(codes: Codes, *, to: VectorDB = "qdrant", location: str | Any, collection: str = "adaptemb",
                  ids: Sequence[int] | np.ndarray | None = None, payload: Sequence[Mapping[str, Any]] | None = None,
                  recreate: bool = False, api_key: SecretStr | str | None = None, api_key_env: str | None = None,
                  ca_cert: str | os.PathLike[str] | None = None, compact: bool = False) -> CodesExport:
