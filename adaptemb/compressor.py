@@ -200,12 +200,7 @@ class CompressorCore(Capabilities, ABC):
         self._require_fitted()
         budget = self.budget_for_bytes(float(nbytes))
         if budget is None:
-            smallest = self.budgets().options()[0]
-            assert self.dim is not None
-            size = self.encode(torch.randn(1, self.dim, generator=self.generator), k=smallest).bytes_per_vector
-            raise InvalidConfigError(f"no budget of {self.name} fits {nbytes} bytes per vector: its smallest code "
-                                     f"(k={smallest}) takes {size:g}", parameter="bytes", value=nbytes,
-                                     valid=f"bytes >= {size:g}")
+            raise _nothing_fits(self, nbytes)
         return budget
 
     def details(self) -> dict[str, Any]:
@@ -287,6 +282,15 @@ class CompressorCore(Capabilities, ABC):
     def _encode_passthrough(self, given: IntegerEmbeddings) -> Codes:
         """The codes of integer embeddings of a kind in ``accepts_input_kinds``: the given integers themselves."""
         raise NotImplementedError(f"{self.name} lists {given.kind!r} in accepts_input_kinds but has no _encode_passthrough")
+
+
+def _nothing_fits(compressor: CompressorCore, nbytes: float) -> InvalidConfigError:
+    """The error of a byte budget below the compressor's smallest code, naming that code's size."""
+    smallest = compressor.budgets().options()[0]
+    assert compressor.dim is not None
+    size = compressor.encode(torch.randn(1, compressor.dim, generator=compressor.generator), k=smallest).bytes_per_vector
+    return InvalidConfigError(f"no budget of {compressor.name} fits {nbytes} bytes per vector: its smallest code "
+                              f"(k={smallest}) takes {size:g}", parameter="bytes", value=nbytes, valid=f"bytes >= {size:g}")
 
 
 def _check_decodable(compressor: CompressorCore, codes: Codes) -> None:
