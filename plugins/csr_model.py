@@ -3,7 +3,7 @@
 Encoder ``z = ReLU(TopK_k(W_enc (n(x) − b_pre) + b_enc))`` where ``n`` is the input normalisation
 (L2, standardisation or none); decoder ``x̂ = W_dec z + b_pre`` with ``W_dec`` either tied to ``W_enc``
 (the CSR paper) or a separate matrix of unit-norm latent directions (OpenAI's TopK SAE). Weights are
-(h, d) matrices: row ``i`` is latent ``i``'s direction. The training objective lives in ``csr.py``.
+(h, d) matrices: row ``i`` is latent ``i``'s direction. The training objective lives in ``csr_objective.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from torch import nn
 from adaptemb import has_direction, unit_rows
 
 NORMALIZATIONS = ("l2", "none", "standardize")
+ENCODE_BLOCK = 1 << 24
+"""Pre-activation floats per encode block (64 MB in float32)."""
 
 
 def geometric_median(x: torch.Tensor, iterations: int = 50, tol: float = 1e-6) -> torch.Tensor:
@@ -182,3 +184,9 @@ class PackedCSREncoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
         return (self.packer(*self.encoder(x)),)
+
+
+def row_blocks(x: torch.Tensor, hidden: int) -> list[torch.Tensor]:
+    """``x`` in consecutive blocks of rows whose (rows, ``hidden``) pre-activations hold at most ``ENCODE_BLOCK`` floats."""
+    rows = max(1, ENCODE_BLOCK // max(hidden, 1))
+    return [x[i : i + rows] for i in range(0, len(x), rows)]

@@ -1,5 +1,6 @@
 """The csr training objective (fit only): L(k) + c·L(m·k) + β·aux-k + γ·NCL, the dead-latent counters and, for
-untied decoders, the unit-norm constraint. Loading a compressor rebuilds only the model (``csr_model``)."""
+untied decoders, the unit-norm constraint; the training rows of unsupervised rows and the activation statistics the
+fit reports. Loading a compressor rebuilds only the model (``csr_model``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from adaptemb import info_nce, normalized_mse
-from adaptemb_plugins.csr_model import CSRModel
+from adaptemb_plugins.csr_model import CSRModel, row_blocks
 
 
 @dataclass(frozen=True)
@@ -145,3 +146,33 @@ class CSRObjective(nn.Module):
         """Untied: put each decoder direction back on the unit sphere."""
         if self.model.dec_weight is not None:
             self.model.dec_weight.copy_(F.normalize(self.model.dec_weight, dim=1))
+
+
+def own_partners(rows: torch.Tensor) -> list[torch.Tensor]:
+    """Training tensors of rows with no supervision: each row its own partner, alone in its group."""
+    return [rows, rows, torch.arange(len(rows))]
+
+
+@torch.no_grad()
+def activation_frequency(model: CSRModel, x: torch.Tensor, k: int) -> torch.Tensor:
+    """Fraction of the (normalised) rows ``x`` on which each latent is among the k active ones (value > 0)."""
+    counts = torch.zeros(model.hidden)
+    for block in row_blocks(x, counts.numel()):
+        values, indices = model.sparse_codes(block, k)
+        counts += torch.bincount(indices[values > 0], minlength=counts.numel()).float()
+    return counts / max(len(x), 1)
+
+
+def dead_fraction(model: CSRModel, x: torch.Tensor, k: int) -> float:
+    """Share of latents never among the k active ones on the rows ``x``."""
+    return float((activation_frequency(model, x, k) == 0).float().mean())
+
+
+def frequency_summary(frequency: torch.Tensor) -> dict[str, float]:
+    """Quantiles, mean and the share below 1e-3 of the latents' activation frequencies (the fit report's)."""
+    q = torch.quantile(frequency, torch.tensor([0.0, 0.1, 0.5, 0.9, 1.0]))
+    return {
+        "min": float(q[0]), "p10": float(q[1]), "median": float(q[2]), "p90": float(q[3]), "max": float(q[4]),
+        "mean": float(frequency.mean()),
+        "below_1e-3": float((frequency < 1e-3).float().mean()),
+    }

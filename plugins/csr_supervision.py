@@ -11,10 +11,18 @@ epoch, and keeps the best state, so the unsupervised model is kept when the pair
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from adaptemb import Checkpoints, train
+from adaptemb_plugins.csr_config import CSRConfig, loss_settings, steps_per_epoch
+from adaptemb_plugins.csr_model import CSRModel
+from adaptemb_plugins.csr_objective import CSRObjective
 
 POOL_ROWS = 4096
 """Corpus rows the held-out queries are ranked among, besides the held-out documents."""
@@ -78,3 +86,44 @@ def held_out_mrr(scores: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], d
     rank = 1 + (s > best_relevant).sum(dim=1)
     found = relevant.any(dim=1)
     return float(torch.where(found, 1.0 / rank.float(), torch.zeros_like(rank, dtype=torch.float)).mean())
+
+
+def fine_tune(model: CSRModel, config: CSRConfig, k: int, normalise: Callable[[torch.Tensor], torch.Tensor],
+              rows: torch.Tensor, generator: torch.Generator, pairs: tuple[torch.Tensor, torch.Tensor] | None = None,
+              labels: torch.Tensor | None = None) -> tuple[CSRModel, dict[str, Any] | None]:
+    """With pairs or labels: ``model`` (trained for ``k``) fine-tuned with the asymmetric group loss on the
+    normalised fit ``rows`` and the pairs (as ``normalise`` prepares them) or labels, stopping on the held-out
+    share of them, and its measurements; else ``model`` as it is."""
+    if pairs is None and labels is None:
+        return model, None
+    cfg = config.model_copy(update={"k": k})
+    normalised = None if pairs is None else (normalise(pairs[0]), normalise(pairs[1]))
+    data = group_rows(rows, normalised, labels, cfg.held_out_share, cfg.pair_weight, generator)
+    settings = dataclasses.replace(loss_settings(cfg, 0), cl_coef=0.0, group_coef=cfg.group_coef,
+                                   group_temperature=cfg.group_temperature)
+    if pairs is not None and cfg.query_map:
+        model = copy.deepcopy(model)
+        model.add_query_map()
+    objective = CSRObjective(model, settings)
+
+    def measure() -> float:
+        model = objective.model
+        device = next(model.parameters()).device
+
+        def scores(queries: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
+            keys = model.dense_codes(pool.to(device), cfg.k)
+            return (model.query_pre_activations(queries.to(device)) @ keys.T).cpu()
+
+        return -held_out_mrr(scores, data)
+
+    measured = len(data.held_queries) >= MIN_HELD_OUT
+    with torch.no_grad():
+        before = -measure() if measured else None
+    tune = cfg.model_copy(update={"epochs": cfg.supervised_epochs, "val_fraction": 0.0, "lr": cfg.supervised_lr})
+    every = steps_per_epoch(tune, data.tensors())
+    report = train(objective, data.tensors(), tune, description="csr supervised",
+                   checkpoints=Checkpoints(measure, every=every) if measured else None)
+    return objective.cpu().eval().model, {
+        "held_out_queries": len(data.held_queries), "held_out_mrr_before": before,
+        "held_out_mrr_after": None if report.val_loss is None else -report.val_loss,
+        "best_step": report.extra.get("best_step"), "steps": report.steps, "seconds": round(report.seconds, 2)}
