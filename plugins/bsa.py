@@ -290,7 +290,8 @@ class BSACompressor(Compressor):
             return self.encode(x, k=k)
         q = unit_rows(x)  # an all-zero query stays zero: scores 0
         projected, offset = q @ self._model.decoder.T, q @ self._model.decoder_bias
-        return ProjectedQueries(projected.contiguous().numpy(), offset.contiguous().numpy())
+        return ProjectedQueries(projected.contiguous().numpy(), offset.contiguous().numpy(),
+                                document_weights=self.config.scoring == "asymmetric")
 
     def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
         """Projected queries: ``<q, x_hat_doc> = <D q, b_doc> + <q, c>``, divided by ``|x_hat_doc|`` for

@@ -74,6 +74,31 @@ def test_top_scores_match_the_codes_own_similarity(method: str, data: tuple[np.n
 
 
 @needs_qdrant
+def test_bsa_cosine_queries_are_refused_and_dot_queries_rank_as_the_index(data: tuple[np.ndarray, np.ndarray],
+                                                                          tmp_path: Path) -> None:
+    """bsa's default scoring divides each document's score by its decoded norm, which a database does not hold: its
+    projected queries are refused there (also after a save and load); with scoring='asymmetric_dot' they rank as
+    bsa's own index does."""
+    docs, queries = data
+    params = adaptemb.get_registry().get("bsa").test_params
+    cosine = adaptemb.fit(docs, "bsa", **params)
+    asked = cosine.encode_queries(queries)
+    assert asked.document_weights and asked[:3].document_weights
+    saved = adaptemb.save_codes(asked, tmp_path / "queries.safetensors")
+    assert adaptemb.load_codes(saved).document_weights
+    assert ProjectedQueries.concat([asked[:2], asked[2:]]).document_weights
+    client = in_memory(cosine.encode(docs))
+    for given in (asked, adaptemb.load_codes(saved)):
+        with pytest.raises(ValueError, match="divides each document's score by a weight of its own"):
+            search_qdrant(client, "adaptemb", given, 10)
+    dot = adaptemb.fit(docs, "bsa", **{**params, "scoring": "asymmetric_dot"})
+    doc_codes, dot_queries = dot.encode(docs), dot.encode_queries(queries)
+    assert not dot_queries.document_weights
+    scores, ids = search_qdrant(in_memory(doc_codes), "adaptemb", dot_queries, 10)
+    assert_top_k_matches((scores, ids), dot.score(dot_queries, doc_codes), 10, tol=1e-4)
+
+
+@needs_qdrant
 def test_int8_codes_are_stored_dequantised_or_as_shifted_uint8_when_compact(data: tuple[np.ndarray, np.ndarray]) -> None:
     codes = fitted("int8", data[0]).encode(data[0][:5])
     client = qdrant_client(":memory:")

@@ -24,12 +24,14 @@ class ProjectedQueries(Codes):
 
     A vector database holds no projected queries (``vector_form`` is empty: they are never documents), but searches
     with them: ``query_vector_rows`` gives each row as a sparse query vector, whose dot product with a document's
-    ``vector_rows`` plus ``offset`` is ``similarity`` (without the document weights of ``bsa``'s cosine scoring).
+    ``vector_rows`` plus ``offset`` is ``similarity``. Queries of a method that also divides each document's score
+    by a weight of its own (``bsa``'s cosine scoring) say so (``document_weights``): a database, which holds no such
+    weights, would rank them otherwise, so a search there refuses them.
     """
 
     kind = "projected"
 
-    def __init__(self, values: np.ndarray, offset: np.ndarray | None = None) -> None:
+    def __init__(self, values: np.ndarray, offset: np.ndarray | None = None, *, document_weights: bool = False) -> None:
         if values.ndim != 2 or values.dtype != np.float32:
             raise ValueError(f"projected queries need a 2-D float32 array; got {values.dtype} {values.shape}")
         offset = np.zeros(len(values), np.float32) if offset is None else offset
@@ -37,6 +39,8 @@ class ProjectedQueries(Codes):
             raise ValueError(f"offset must be float32 of shape ({len(values)},); got {offset.dtype} {offset.shape}")
         self.values = values
         self.offset = offset
+        self.document_weights = bool(document_weights)
+        """Whether the method's score also divides by a per-document weight (not in ``similarity``)."""
         self.dim = values.shape[1]
 
     def __len__(self) -> int:
@@ -44,7 +48,7 @@ class ProjectedQueries(Codes):
 
     def __getitem__(self, rows: slice | np.ndarray | Sequence[int]) -> ProjectedQueries:
         sel = select_rows(rows)
-        return ProjectedQueries(self.values[sel], self.offset[sel])
+        return ProjectedQueries(self.values[sel], self.offset[sel], document_weights=self.document_weights)
 
     @property
     def row_nbytes(self) -> int:
@@ -62,16 +66,26 @@ class ProjectedQueries(Codes):
         return blockwise_scores(
             other, len(self), lambda block: np.asarray((block.to_csr() @ self.values.T).T) + self.offset[:, None])
 
+    @property
+    def shared_arrays(self) -> tuple[str, ...]:  # type: ignore[override]
+        """``document_weights`` (one byte, present only when set): stored once, not per row."""
+        return ("document_weights",) if self.document_weights else ()
+
     def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"values": self.values, "offset": self.offset}
+        weights = {"document_weights": np.ones(1, np.uint8)} if self.document_weights else {}
+        return {"values": self.values, "offset": self.offset, **weights}
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], dim: int) -> ProjectedQueries:
-        return cls(arrays["values"], arrays["offset"])
+        return cls(arrays["values"], arrays["offset"], document_weights="document_weights" in arrays)
 
     @classmethod
     def concat(cls, parts: Sequence[ProjectedQueries]) -> ProjectedQueries:
-        return cls(np.concatenate([p.values for p in parts]), np.concatenate([p.offset for p in parts]))
+        weights = {p.document_weights for p in parts}
+        if len(weights) > 1:
+            raise ValueError("cannot concatenate projected queries with and without document weights")
+        return cls(np.concatenate([p.values for p in parts]), np.concatenate([p.offset for p in parts]),
+                   document_weights=weights.pop())
 
     def query_vector_rows(self) -> sp.csr_matrix:
         """The ``values`` as a vector database's sparse query vectors (float32 CSR (n, dim), every non-zero kept):

@@ -59,6 +59,11 @@ def query_rows(codes: Codes, to: str, compact: bool = False) -> tuple[np.ndarray
     """(vectors, offsets) of query codes: ``ProjectedQueries``' sparse rows and offsets, else the kind's vector rows
     (its ``compact_vector_rows`` for a collection stored compact) and no offset."""
     if isinstance(codes, ProjectedQueries):
+        if codes.document_weights:
+            raise ValueError(f"{NAMES[to]} would not rank these projected queries as their method does: it divides each "
+                             "document's score by a weight of its own (bsa's scoring='asymmetric', a cosine), which the "
+                             "database does not hold. Search the codes with compressor.index(codes).search(queries), "
+                             "or fit bsa with scoring='asymmetric_dot' to search them in a database")
         return codes.query_vector_rows(), codes.offset
     check_vector_form(codes, to)
     rows = codes.compact_vector_rows() if compact else codes.vector_rows()
