@@ -6,7 +6,8 @@ against the k-sparse codes of every row in the batch, the rows of its group posi
 document share one; with labels, corpus rows of one label share one; any other row is alone in its own. A seeded
 share of the pairs (or labelled rows) is held out: the fine-tune is measured on them (mean reciprocal rank of
 the first relevant row among a pool of held-out documents and corpus rows) before its first step and after each
-epoch, and keeps the best state, so the unsupervised model is kept when the pairs do not help on them.
+epoch, stops after ``supervised_patience`` epochs without a better measurement and keeps the best state, so the
+unsupervised model is kept when the pairs do not help on them.
 """
 
 from __future__ import annotations
@@ -119,11 +120,13 @@ def fine_tune(model: CSRModel, config: CSRConfig, k: int, normalise: Callable[[t
     measured = len(data.held_queries) >= MIN_HELD_OUT
     with torch.no_grad():
         before = -measure() if measured else None
-    tune = cfg.model_copy(update={"epochs": cfg.supervised_epochs, "val_fraction": 0.0, "lr": cfg.supervised_lr})
+    tune = cfg.model_copy(update={"epochs": cfg.supervised_epochs, "val_fraction": 0.0, "lr": cfg.supervised_lr,
+                                  "patience": cfg.supervised_patience})
     every = steps_per_epoch(tune, data.tensors())
     report = train(objective, data.tensors(), tune, description="csr supervised",
                    checkpoints=Checkpoints(measure, every=every) if measured else None)
     return objective.cpu().eval().model, {
         "held_out_queries": len(data.held_queries), "held_out_mrr_before": before,
         "held_out_mrr_after": None if report.val_loss is None else -report.val_loss,
-        "best_step": report.extra.get("best_step"), "steps": report.steps, "seconds": round(report.seconds, 2)}
+        "best_step": report.extra.get("best_step"), "steps": report.steps, "steps_per_epoch": every,
+        "seconds": round(report.seconds, 2)}

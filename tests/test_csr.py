@@ -299,6 +299,21 @@ def test_heads_fitted_for_byte_budgets(data, tmp_path) -> None:
         np.testing.assert_array_equal(compressor.index(docs).search(x[:20], 5)[1], loaded.index(docs).search(x[:20], 5)[1])
 
 
+def test_supervised_fine_tune_stops_after_its_patience(data) -> None:
+    """The pairs' fine-tune runs until ``supervised_patience`` epochs in a row measure no better held-out MRR (or its
+    epochs end), for the main fit and every head alike."""
+    x, _ = data
+    rng = np.random.default_rng(4)
+    queries = x[:200] + 0.3 * rng.normal(size=(200, x.shape[1])).astype(np.float32)
+    params = {**SMALL, "hidden": 128, "k": 24, "epochs": 2, "head_epochs": 1, "supervised_epochs": 8}
+    for patience in (1, 3):
+        compressor = adaptemb.fit(x, "csr", bytes=6, pairs=(queries, x[:200]), supervised_patience=patience, **params)
+        extra = compressor.fit_report["extra"]
+        for report in (extra["supervised"], *(head["supervised"] for head in extra["heads"])):
+            every = report["steps_per_epoch"]
+            assert report["steps"] == min(8 * every, report["best_step"] + patience * every)
+
+
 def test_fit_for_bytes_needs_a_method_that_does() -> None:
     x = _clustered()[0]
     with pytest.raises(adaptemb.InvalidConfigError, match="svd is not fitted for a byte budget"):
