@@ -30,7 +30,15 @@ from adaptemb.index import (
     rerank,
     threshold_top_k,
 )
-from adaptemb.index.postings import BLOCK_ROWS, MIN_DOCS_PER_TASK, BlockedPostings, ForwardCodes
+from adaptemb.index.postings import (
+    BLOCK_ROWS,
+    MIN_DOCS_PER_TASK,
+    BlockedPostings,
+    ForwardCodes,
+    QueryBlocks,
+    _projected_kernel,
+    run_projected,
+)
 from adaptemb.ranking import top_k
 from adaptemb.registry import build_index
 
@@ -154,6 +162,37 @@ def test_projected_kernel_splits_documents_across_threads_for_few_queries() -> N
     for threads in (1, 2):
         index = SparseIndex(docs, threads=threads, query_kind="projected")
         assert_matches_brute_force(index.search(queries, 25), queries.similarity(docs), 25, exact_ids=True)
+
+
+def test_projected_kernel_first_pass_changes_no_result() -> None:
+    """The int8 first pass only skips documents: with its bound switched off (slack inf, every document rescored in
+    float32) the kernel returns the same scores and ids, bit for bit. Each query has a cluster of near-ties (its
+    top-K dimensions, values equal to 1e-4) that holds its whole top-20, so a first pass without its bound (slack
+    0) drops documents here; queries of ordinary and of very uneven magnitudes, offsets, negative weights."""
+    rng = np.random.default_rng(0)
+    n = 3000
+    values = rng.normal(size=(3, H)).astype(np.float32)
+    values[1] *= np.exp2(rng.integers(-20, 20, size=H))
+    group = rng.integers(0, 4, n)  # rows of group q < 3 are near-ties at the top of query q; group 3 is random
+    idx = np.argsort(rng.random((n, H)), axis=1)[:, :K]
+    vals = rng.uniform(0, 0.5, (n, K)).astype(np.float32)
+    for q in range(3):
+        idx[group == q] = np.argsort(-values[q])[:K]
+        vals[group == q] = 1 + 1e-4 * rng.random(((group == q).sum(), K))
+    scale = np.where(group == 3, rng.uniform(-1, 2, n), 1).astype(np.float32)
+    docs = ForwardCodes.from_csr(SparseCodes(idx, vals, H).to_csr(), scale)
+    blocks = QueryBlocks.of(values, rng.normal(size=3).astype(np.float32), H, K)
+    arrays = (docs.indptr, docs.indices, docs.values, docs.scale, docs.norms)
+    def search(slack: np.ndarray, threads: int) -> tuple[np.ndarray, np.ndarray]:
+        varied = QueryBlocks(blocks.weights, blocks.coarse, blocks.unscale, slack, blocks.offsets, blocks.count)
+        return run_projected(_projected_kernel(), varied, n, arrays, 20, threads)
+
+    for threads in (1, 2):
+        rescored = search(np.full_like(blocks.slack, np.inf), threads)
+        first_pass = search(blocks.slack, threads)
+        np.testing.assert_array_equal(first_pass[1], rescored[1])
+        np.testing.assert_array_equal(first_pass[0], rescored[0])
+    assert (search(np.zeros_like(blocks.slack), 1)[1] != rescored[1]).any()  # the case needs the bound
 
 
 def test_projected_layout_keeps_wide_code_spaces() -> None:

@@ -1,7 +1,8 @@
 """Search over packed sparse documents (``packed_sparse``) without expanding their values to float32.
 
 Projected queries (a dense vector over the code dimensions plus an offset, the asymmetric case) are scored by
-the compiled kernel of ``adaptemb.index.postings`` in a variant that reads each stored entry as its quantised
+the compiled kernel of ``adaptemb.index.postings`` (an int8 first pass with a proven error bound, then float32
+for the few documents that may enter a top-k) in a variant that reads each stored entry as its quantised
 level: the documents are held row by row as indices (uint16 up to 65,535 dimensions) and value levels (uint8 up
 to 8 bits, uint16 for float16 values), and the kernel looks each value up in the per-feature table
 ``table[index, level]`` (the codes' codebook, float32, or every float16 value). An empty slot points at an extra
@@ -23,15 +24,15 @@ import numpy as np
 from adaptemb.codes import Codes, PackedSparseCodes, ProjectedQueries
 from adaptemb.index.base import Index, SearchResult
 from adaptemb.index.postings import (
-    MIN_DOCS_PER_TASK,
     QUERY_BLOCK,
     BlockedPostings,
+    QueryBlocks,
     compile_with_slp,
     projected_kernel_source,
+    rounded_up,
+    run_projected,
     search_sparse,
-    worker_count,
 )
-from adaptemb.ranking import merge_top_k
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class LevelRows:
     levels: np.ndarray  # (nnz,) uint8, or uint16 for float16 values
     table: np.ndarray  # (dim + 1, levels) float32: table[j, level] is the value; row ``dim`` is zero
     scale: np.ndarray  # (n,) float32 ones (the shared kernel weighs every document)
+    norms: np.ndarray  # (n,) float32, each row's sum of |values| rounded up (the first pass's error bound)
     n: int
     dim: int
 
@@ -59,32 +61,31 @@ class LevelRows:
             table[: codes.dim] = codes.codebook.astype(np.float32)
         index_type = np.uint16 if codes.dim < 2**16 else np.uint32
         level_type = np.uint8 if codes.value_bits <= 8 else np.uint16
+        norms = np.empty(n, np.float64)
+        for start in range(0, n, 65536):  # bounded temporaries
+            entries = indices[start : start + 65536] * table.shape[1] + levels[start : start + 65536]
+            norms[start : start + 65536] = np.abs(table.ravel()[entries]).sum(axis=1, dtype=np.float64)
         return cls(np.arange(0, n * k + 1, k, dtype=np.int64), indices.astype(index_type).ravel(),
-                   levels.astype(level_type).ravel(), table, np.ones(n, np.float32), n, codes.dim)
+                   levels.astype(level_type).ravel(), table, np.ones(n, np.float32), rounded_up(norms), n, codes.dim)
+
+    @property
+    def slots(self) -> int:
+        """Entries per row (empty slots included)."""
+        return len(self.indices) // max(self.n, 1)
 
     @property
     def nbytes(self) -> int:
-        return int(self.indptr.nbytes + self.indices.nbytes + self.levels.nbytes + self.table.nbytes + self.scale.nbytes)
+        return int(self.indptr.nbytes + self.indices.nbytes + self.levels.nbytes + self.table.nbytes + self.scale.nbytes
+                   + self.norms.nbytes)
 
 
 def search_levels(docs: LevelRows, values: np.ndarray, offset: np.ndarray, top_k: int, *,
                   threads: int | None = None) -> SearchResult:
     """Exact top-``top_k`` of ``<values[q], doc> + offset[q]`` over level rows, ``QUERY_BLOCK`` queries at a time."""
-    if not 1 <= top_k <= docs.n:
-        raise ValueError(f"top_k must be between 1 and {docs.n}; got {top_k}")
-    b = values.shape[0]
-    n_blocks = -(-b // QUERY_BLOCK)
-    padded = np.zeros((n_blocks * QUERY_BLOCK, docs.dim + 1), np.float32)  # column dim: the empty slot, zero
-    padded[:b, : docs.dim] = values
-    weights = np.ascontiguousarray(padded.reshape(n_blocks, QUERY_BLOCK, docs.dim + 1).transpose(0, 2, 1))
-    workers = worker_count(threads)
-    ranges = max(1, min(-(-workers // n_blocks), docs.n // MIN_DOCS_PER_TASK))
-    bounds = np.linspace(0, docs.n, ranges + 1).astype(np.int64)
-    scores = np.empty((ranges, n_blocks * QUERY_BLOCK, top_k), np.float32)
-    ids = np.empty((ranges, n_blocks * QUERY_BLOCK, top_k), np.int64)
-    _level_kernel(docs.indices.dtype, docs.levels.dtype)(weights, np.zeros((n_blocks, QUERY_BLOCK), np.float32), bounds, min(workers, n_blocks * ranges),
-                    docs.indptr, docs.indices, docs.levels, docs.scale, docs.table, top_k, scores, ids)
-    found = (scores[0, :b], ids[0, :b]) if ranges == 1 else merge_top_k(list(scores[:, :b]), list(ids[:, :b]), top_k)
+    blocks = QueryBlocks.of(values, np.zeros(len(values), np.float32), docs.dim + 1, docs.slots)  # row dim: empty slot
+    kernel = _level_kernel(docs.indices.dtype, docs.levels.dtype)
+    found = run_projected(kernel, blocks, docs.n, (docs.indptr, docs.indices, docs.levels, docs.scale, docs.norms,
+                                                   docs.table), top_k, threads)
     return found[0] + offset[:, None].astype(np.float32), found[1]
 
 
@@ -146,12 +147,8 @@ _LEVEL_KERNELS: dict[tuple[str, str], Any] = {}
 def level_kernel_source() -> tuple[str, str]:
     """(name, source) of the projected kernel reading each entry's value as ``d_table[index, level]``; the name
     carries a checksum of the source, so numba's disk cache (keyed by this file) never serves an older template."""
-    source = projected_kernel_source(QUERY_BLOCK)
-    for old, new in (("def projected_kernel(", "def level_kernel("), ("d_scale, k,", "d_scale, d_table, k,"),
-                     ("v = d_values[e]", "v = d_table[np.uint64(d_indices[e]), np.uint64(d_values[e])]")):
-        if source.count(old) != 1:
-            raise RuntimeError(f"the projected kernel's source changed: {old!r} not found once")
-        source = source.replace(old, new)
+    value = "d_table[np.uint64(d_indices[e]), np.uint64(d_values[e])]"
+    source = projected_kernel_source(QUERY_BLOCK, name="level_kernel", value=value, table=True)
     name = f"level_kernel_{zlib.crc32(source.encode()):08x}"
     return name, source.replace("def level_kernel(", f"def {name}(")
 
@@ -160,6 +157,7 @@ def _level_kernel(index_type: np.dtype, level_type: np.dtype):
     """The level kernel compiled for these index and level widths (on first use; then cached on disk by numba)."""
     key = (np.dtype(index_type).name, np.dtype(level_type).name)
     if key not in _LEVEL_KERNELS:
-        sample = (np.zeros(1, index_type), np.zeros(1, level_type), np.ones(1, np.float32), np.zeros((2, 2), np.float32))
+        sample = (np.zeros(1, index_type), np.zeros(1, level_type), np.ones(1, np.float32), np.ones(1, np.float32),
+                  np.zeros((2, 2), np.float32))
         _LEVEL_KERNELS[key] = compile_with_slp(*reversed(level_kernel_source()), __file__, [sample])
     return _LEVEL_KERNELS[key]
