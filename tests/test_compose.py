@@ -146,6 +146,36 @@ def test_the_rotation_is_seeded_orthogonal_and_stored(x: np.ndarray, tmp_path: P
     assert not any("rotation" in key for key in plain.state_tensors())
 
 
+def test_rotation_pairs_keeps_per_rank_the_rotation_whose_pairs_rank_best(x: np.ndarray, tmp_path: Path) -> None:
+    """rotation='pairs': random, itq and none each scored by the pairs' MRR; the best is kept, reported and stored,
+    so the loaded file encodes and ranks alike; refused without pairs, or where a part learns from the pairs."""
+    rng = np.random.default_rng(1)
+    documents = x[:80]
+    queries = documents + 0.5 * x.std() * rng.standard_normal(documents.shape)
+    fitted = adaptemb.fit(x, "svd+binary", rotation="pairs", byte_budgets=[1, 2], pairs=(queries, documents))
+    assert fitted.fit_report["rotation"] == "pairs"
+    choices = fitted.fit_report["rotation_choice"]
+    assert sorted(choices) == list(fitted.budgets().values)
+    tensors = fitted.state_tensors()
+    for rank, choice in choices.items():
+        mrr = choice["pair_mrr"]
+        assert set(mrr) == {"random", "itq", "none"} and choice["pairs"] == 80 and choice["distractor_rows"] == 220
+        assert mrr[choice["chosen"]] == max(mrr.values()) and all(0 < value <= 1 for value in mrr.values())
+        assert (f"rank{rank}.rotation" in tensors) == (choice["chosen"] != "none")
+        alike = adaptemb.fit(x, "svd+binary", rotation=choice["chosen"], byte_budgets=[1, 2])
+        np.testing.assert_array_equal(fitted.encode(x, k=rank).packed, alike.encode(x, k=rank).packed)
+    loaded = adaptemb.load(fitted.save(tmp_path / "chosen.safetensors"))
+    for rank in choices:
+        codes = fitted.encode(x, k=rank)
+        np.testing.assert_array_equal(loaded.encode(x, k=rank).packed, codes.packed)
+        _, ids = fitted.index(codes).search(x[:20], 5)
+        np.testing.assert_array_equal(loaded.index(loaded.encode(x, k=rank)).search(x[:20], 5)[1], ids)
+    with pytest.raises(InvalidConfigError, match="pass pairs"):
+        adaptemb.fit(x, "svd+binary", rotation="pairs", byte_budgets=[2])
+    with pytest.raises(InvalidConfigError, match="cllr learns from them"):
+        adaptemb.get_compressor("cllr+binary", rotation="pairs")
+
+
 def test_itq_brings_the_rows_closer_to_their_signs() -> None:
     """Rows near the corners of a rotated cube: ITQ rotates them towards the corners (from a random start)."""
     rng = np.random.default_rng(0)

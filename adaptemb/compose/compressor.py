@@ -39,6 +39,10 @@ from adaptemb.serialization import split_prefix
 
 SIZE_SAMPLE_ROWS = 1024
 """Fit rows a quantiser is fitted on to measure its code size at a candidate rank (more where the rank is larger)."""
+CHOICE_ROTATIONS = ("random", "itq", "none")
+"""The rotations ``rotation="pairs"`` chooses among, in the order that breaks a tie."""
+CHOICE_ROWS, CHOICE_PAIRS = 10_000, 2_000
+"""At most this many fit rows (the distractors) and pairs (seeded samples) measure the pairs' MRR of a rotation."""
 
 
 def default_byte_ladder(largest: float) -> list[int]:
@@ -65,6 +69,15 @@ class ComposedCompressor(Compressor):
         self._quantizer_template = self.Quantizer(config=self.config.quantizer)  # type: ignore[attr-defined]
         self._projection_template = self.Projection(config=self.config.projection)  # type: ignore[attr-defined]
         self._sizes: dict[int, float] = {}
+        if self.config.rotation == "pairs":
+            learners = [part.name for part in (self.Projection, self.Quantizer) if "pairs" in part.fit_inputs]
+            if learners:
+                raise InvalidConfigError(
+                    f"{self.name}: rotation='pairs' chooses the rotation by pairs no part has learnt from, but "
+                    f"{' and '.join(learners)} learns from them (measured: the pairs it trained on pick the rotation "
+                    "that ranks other queries best about as often as chance); use rotation='auto', 'random', 'itq' "
+                    "or 'none'", parameter="rotation", value="pairs")
+            self.fit_inputs = type(self).fit_inputs | {"pairs"}  # type: ignore[misc]  # only to choose the rotation
 
     @classmethod
     def make_config(cls, **params: Any) -> ComposedConfig:
@@ -111,8 +124,12 @@ class ComposedCompressor(Compressor):
             keep = has_direction(x)[:, 0]
             rows = x[keep]
             own = {key: (value[keep] if key == "labels" else value) for key, value in own.items()}
+        if self.config.rotation == "pairs" and supervision.get("pairs") is None:
+            raise InvalidConfigError(f"{self.name}: rotation='pairs' chooses the rotation by the MRR of labelled pairs; "
+                                     "pass pairs=(queries, documents) to fit, or choose rotation='auto', 'random', "
+                                     "'itq' or 'none'", parameter="rotation", value="pairs")
         projection.fit(rows, **own)
-        self._projection, self._stages, self._sizes = projection, {}, {}
+        self._projection, self._stages, self._sizes, self._choices = projection, {}, {}, {}
         for rank in self._plan_ranks(x):
             self._stages[rank] = self._fit_stage(x, rank, supervision)
         if self.config.k is not None and self.config.k not in self._stages:
@@ -121,17 +138,45 @@ class ComposedCompressor(Compressor):
         self.fit_report = {"ranks": sorted(self._stages), "rotation": self.rotation_kind,
                            "bytes_per_vector": {r: self._code_bytes(r) for r in sorted(self._stages)},
                            "projection": projection.fit_report}
+        if self._choices:
+            self.fit_report["rotation_choice"] = dict(sorted(self._choices.items()))
 
     def _fit_stage(self, x: torch.Tensor, rank: int, supervision: dict[str, Any]) -> tuple[Rotation | None, Compressor]:
         """The rotation and the quantiser fitted on the rows projected to ``rank``; supervision the quantiser
         learns from goes to it (pairs projected and rotated like the rows)."""
         y = self._projected(x, rank)
+        if self.config.rotation == "pairs":
+            return self._chosen_stage(y, rank, supervision["pairs"])
         rotation = fit_rotation(y, self.rotation_kind, self.config.seed, self.config.itq_iterations)
         mine = {key: value for key, value in supervision.items() if key in self.Quantizer.fit_inputs}
         if "pairs" in mine:
             mine["pairs"] = tuple(_documents(rotation, self._projected(side, rank)) for side in mine["pairs"])
         quantizer = self.Quantizer(config=self.config.quantizer)  # type: ignore[attr-defined]
         return rotation, quantizer.fit(_documents(rotation, y), **mine)
+
+    def _chosen_stage(self, y: torch.Tensor, rank: int,
+                      pairs: tuple[torch.Tensor, torch.Tensor]) -> tuple[Rotation | None, Compressor]:
+        """rotation='pairs': the stage of each of ``CHOICE_ROTATIONS``; the one whose pairs' MRR is highest (each
+        float pair query ranks its document's code among the fit rows' codes), recorded in ``_choices``."""
+        rng = np.random.default_rng(self.config.seed)
+        take = np.sort(rng.choice(len(pairs[0]), min(len(pairs[0]), CHOICE_PAIRS), replace=False))
+        queries, documents = (self._projected(side[torch.from_numpy(take)], rank) for side in pairs)
+        rows = y[torch.from_numpy(np.sort(rng.choice(len(y), CHOICE_ROWS, replace=False)))] if len(y) > CHOICE_ROWS else y
+        seen = {row.numpy().tobytes() for row in documents}
+        keys = torch.cat([documents, rows[[row.numpy().tobytes() not in seen for row in rows]]])
+        stages, mrr = {}, {}
+        for kind in CHOICE_ROTATIONS:
+            rotation = fit_rotation(y, kind, self.config.seed, self.config.itq_iterations)
+            quantizer = self.Quantizer(config=self.config.quantizer).fit(_documents(rotation, y))  # type: ignore[attr-defined]
+            stages[kind] = (rotation, quantizer)
+            scores = self._scores(quantizer, self._query_codes(stages[kind], queries),
+                                  quantizer.encode(_documents(rotation, keys)))
+            own = np.diagonal(scores)[:, None]
+            mrr[kind] = float(np.mean(1.0 / (1 + (scores > own).sum(axis=1))))
+        chosen = max(CHOICE_ROTATIONS, key=lambda kind: mrr[kind])
+        self._choices[rank] = {"chosen": chosen, "pair_mrr": mrr, "pairs": len(take),
+                               "distractor_rows": len(keys) - len(take)}
+        return stages[chosen]
 
     def _plan_ranks(self, x: torch.Tensor) -> list[int]:
         """The ranks to prepare: the largest rank whose codes fit each byte budget (sizes measured by fitting the
@@ -174,8 +219,12 @@ class ComposedCompressor(Compressor):
 
     def _encode_queries(self, x: torch.Tensor, k: int | None) -> Codes:
         assert k is not None
-        rotation, quantizer = self._stages[k]
-        y = self._projected(x, k)
+        return self._query_codes(self._stages[k], self._projected(x, k))
+
+    @staticmethod
+    def _query_codes(stage: tuple[Rotation | None, Compressor], y: torch.Tensor) -> Codes:
+        """Projected float queries through a stage: rotated, then the quantiser's query codes or kept float."""
+        rotation, quantizer = stage
         floats = y if rotation is None else rotation.queries(y)
         if not quantizer.symmetric:
             return quantizer.encode_queries(floats)
@@ -185,6 +234,9 @@ class ComposedCompressor(Compressor):
         """The quantiser's scores of the query codes against the documents; for float queries against a symmetric
         quantiser's codes, ``<q, doc.to_dense()>`` (what the float-query index backend ranks by)."""
         _, quantizer = self._stage_of(doc_codes)
+        return self._scores(quantizer, query_codes, doc_codes)
+
+    def _scores(self, quantizer: Compressor, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
         if not (quantizer.symmetric and self.float_queries):
             return quantizer.score(query_codes, doc_codes)
         if not isinstance(query_codes, DenseCodes) or query_codes.dim != doc_codes.dim:
@@ -277,7 +329,8 @@ class ComposedCompressor(Compressor):
         self._stages, self._sizes = {}, {}
         for rank in ranks:
             own = split_prefix(tensors, f"rank{rank}.")
-            rotation = None if self.rotation_kind == "none" else Rotation.from_tensors(own, rank)
+            chose_none = self.rotation_kind == "pairs" and "rotation" not in own  # rotation='pairs' chose none here
+            rotation = None if self.rotation_kind == "none" or chose_none else Rotation.from_tensors(own, rank)
             quantizer = self.Quantizer(config=self.config.quantizer)  # type: ignore[attr-defined]
             quantizer.restore(rank, split_prefix(own, "quantizer."))
             self._stages[rank] = (rotation, quantizer)

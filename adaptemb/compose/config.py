@@ -18,7 +18,7 @@ from adaptemb.config import CompressorConfig, config_error_message
 from adaptemb.errors import InvalidConfigError, did_you_mean
 
 PARTS = ("projection", "quantizer")
-ROTATIONS = ("auto", "random", "itq", "none")
+ROTATIONS = ("auto", "random", "itq", "none", "pairs")
 
 
 class ComposedConfig(CompressorConfig):
@@ -29,9 +29,11 @@ class ComposedConfig(CompressorConfig):
     byte_budgets: ByteBudgets = Field(
         None, description="Bytes per vector the fit prepares a projection rank for (the largest rank whose codes fit "
         "each); None: 1, 2, 3, 4, 6, 8, 12, 16, 24, ... up to the code of the full rank, which is always prepared.")
-    rotation: Literal["auto", "random", "itq", "none"] = Field(
+    rotation: Literal["auto", "random", "itq", "none", "pairs"] = Field(
         "auto", description="Orthogonal rotation of the centred projected rows before the quantiser: a seeded random "
-        "one, ITQ (learned, from the random one) or none; auto: random before sign-bit quantisers (binary), else none.")
+        "one, ITQ (learned, from the random one) or none; auto: random before sign-bit quantisers (binary), else none; "
+        "pairs: per rank, whichever of random, itq and none ranks the fit pairs' documents best (MRR of the float "
+        "pair queries among the fit rows' codes); needs pairs, and parts that learn nothing from them.")
     itq_iterations: int = Field(50, ge=1, description="With rotation='itq': alternations of signs and rotation.")
     float_queries: bool = Field(
         True, description="Score the float query (through projection and rotation) against the quantised documents "
