@@ -135,7 +135,7 @@ def test_pairs_go_to_the_part_that_learns_from_them(x: np.ndarray) -> None:
 
 
 def test_the_rotation_is_seeded_orthogonal_and_stored(x: np.ndarray, tmp_path: Path) -> None:
-    fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2])  # auto: random before sign bits
+    fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2], rotation="random")
     assert fitted.budgets().values == (16, 48) and fitted.fit_report["rotation"] == "random"
     _, tensors = read_tensors(fitted.save(tmp_path / "m.safetensors"))
     rotation = tensors["rank16.rotation"].double()
@@ -183,15 +183,30 @@ def test_itq_brings_the_rows_closer_to_their_signs() -> None:
     centred = corners @ random_rotation(8, 5).T + 0.1 * rng.standard_normal((500, 8))
     start = random_rotation(8, 0)
     learned = itq_rotation(centred, start, iterations=30)
-    np.testing.assert_allclose(learned @ learned.T, np.eye(8), atol=1e-10)
+    np.testing.assert_allclose(learned @ learned.T, np.eye(8), atol=1e-5)
 
     def error(rotation: np.ndarray) -> float:
         z = centred @ rotation
         return float(np.square(np.sign(z) - z).sum())
 
     errors = [error(itq_rotation(centred, start, iterations)) for iterations in range(6)]
-    assert all(later <= earlier + 1e-9 for earlier, later in itertools.pairwise(errors))  # each step lowers it
+    assert all(later <= earlier * (1 + 1e-6) for earlier, later in itertools.pairwise(errors))  # each step lowers it
     assert error(learned) < 0.4 * error(start)  # measured 477 from 1,440 (ITQ finds a local optimum)
+    converged = itq_rotation(centred, start, iterations=1000)  # stops once no sign changes: a fixed point
+    np.testing.assert_array_equal(converged, itq_rotation(centred, converged, iterations=1000))
+
+
+def test_auto_rotation_is_itq_before_sign_bits_and_none_before_other_quantisers(x: np.ndarray) -> None:
+    """auto: ITQ (from the seeded random start) before binary's sign bits; no rotation before rabitq."""
+    fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2])
+    assert fitted.fit_report["rotation"] == "itq"
+    learned = fitted.state_tensors()["rank16.rotation"].double().numpy()
+    rows = fitted._projected(torch.from_numpy(x), 16).double().numpy()
+    expected = itq_rotation(rows - rows.mean(axis=0), random_rotation(16, 0), 50)
+    np.testing.assert_allclose(learned, expected, atol=1e-6)
+    assert not np.allclose(learned, random_rotation(16, 0), atol=1e-3)
+    np.testing.assert_allclose(learned @ learned.T, np.eye(16), atol=1e-5)
+    assert adaptemb.fit(x, "svd+rabitq", byte_budgets=[4]).fit_report["rotation"] == "none"
 
 
 def test_float_queries_are_rotated_without_centring_and_score_against_signs(x: np.ndarray) -> None:

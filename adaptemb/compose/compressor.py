@@ -112,7 +112,7 @@ class ComposedCompressor(Compressor):
         """The rotation this config fits: ``rotation``, with ``auto`` resolved by the quantiser's ``sign_bits``."""
         if self.config.rotation != "auto":
             return self.config.rotation
-        return "random" if self.Quantizer.sign_bits else "none"
+        return "itq" if self.Quantizer.sign_bits else "none"
 
     # -- fit -----------------------------------------------------------------------------------------
 

@@ -31,10 +31,10 @@ class ComposedConfig(CompressorConfig):
         "each); None: 1, 2, 3, 4, 6, 8, 12, 16, 24, ... up to the code of the full rank, which is always prepared.")
     rotation: Literal["auto", "random", "itq", "none", "pairs"] = Field(
         "auto", description="Orthogonal rotation of the centred projected rows before the quantiser: a seeded random "
-        "one, ITQ (learned, from the random one) or none; auto: random before sign-bit quantisers (binary), else none; "
+        "one, ITQ (learned, from the random one) or none; auto: ITQ before sign-bit quantisers (binary), else none; "
         "pairs: per rank, whichever of random, itq and none ranks the fit pairs' documents best (MRR of the float "
         "pair queries among the fit rows' codes); needs pairs, and parts that learn nothing from them.")
-    itq_iterations: int = Field(50, ge=1, description="With rotation='itq': alternations of signs and rotation.")
+    itq_iterations: int = Field(50, ge=1, description="ITQ's alternations of signs and rotation (at most: it stops when no sign changes).")
     float_queries: bool = Field(
         True, description="Score the float query (through projection and rotation) against the quantised documents "
         "where the quantiser or an index backend can; False: queries are quantised like documents.")
