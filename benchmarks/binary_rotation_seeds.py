@@ -50,7 +50,7 @@ from adaptemb.evaluate.metrics import ndcg_at_k
 sys.path.insert(0, str(Path(__file__).parent))
 from arguments import data_set_parser
 from compose_frontier import dataset
-from records import write_record
+from records import data_fields, write_record
 
 FAISS_DEFAULT_SEED = 5  # PCAMatrix::prepare_Ab draws RandomRotationMatrix(m, m).init(5) for PCAR{m}
 
@@ -270,11 +270,7 @@ def main() -> None:
             f"{' '.join(f'{v:.4f}' for v in row['values'])}"
         )
     record = {
-        "benchmark": "binary_rotation_seeds",
-        "dataset": data.name,
-        "docs": len(data.corpus),
-        "queries": len(data.queries),
-        "dim": data.dim,
+        **data_fields("binary_rotation_seeds", data),
         "bytes": args.bytes,
         "seeds": args.seeds,
         "faiss_seeds": [FAISS_DEFAULT_SEED + s for s in range(args.seeds)],

@@ -3,9 +3,11 @@
 Usage::
 
     python benchmarks/itq_default.py [--data default | wordnet-examples-768] [--docs 5000] [--bytes 16,32]
-                                     [--seeds 5] [--out benchmarks/results/itq_default_DATA.json]
+                                     [--seeds 5] [--method svd+binary | cllr+binary]
+                                     [--out benchmarks/results/itq_default_DATA[_METHOD].json]
 
-For each seed s: ``adaptemb.fit(C, "svd+binary", rotation=R, byte_budgets=--bytes, seed=s)`` with R = ``random``
+For each seed s: ``adaptemb.fit(C, METHOD, rotation=R, byte_budgets=--bytes, seed=s)`` (cllr+binary: without
+pairs, ``rank=d``) with R = ``random``
 and ``auto`` (ITQ from the seed's random rotation), ``encode(C, bytes=B)``, ``index(codes).search(Q, 10)`` with
 raw float queries: NDCG@10 per seed and budget, the paired difference ITQ - random, and the fit seconds; beside
 them faiss' ``PCAR{8B},SQtqmse1`` and ``PCA{8B-64},RaBitQ`` (issue 29's bar) once, and the machine with its load.
@@ -27,15 +29,16 @@ from adaptemb.evaluate.machine import machine_info
 sys.path.insert(0, str(Path(__file__).parent))
 from arguments import data_set_parser
 from compose_frontier import dataset, faiss_row, faiss_specs, per_query_ndcg
-from records import write_record
+from records import data_fields, write_record
 
 ROTATIONS = ("random", "auto")
 
 
-def rotation_rows(data: Any, rotation: str, budgets: list[int], seed: int) -> dict[str, Any]:
-    """NDCG@10 at each budget of svd+binary fitted with ``rotation`` and ``seed``, and the fit seconds."""
+def rotation_rows(data: Any, method: str, rotation: str, budgets: list[int], seed: int) -> dict[str, Any]:
+    """NDCG@10 at each budget of ``method`` fitted with ``rotation`` and ``seed``, and the fit seconds."""
+    extra = {"projection": {"rank": data.dim, "progress": False}} if method.startswith("cllr") else {}
     start = time.perf_counter()
-    compressor = adaptemb.fit(data.corpus, method="svd+binary", rotation=rotation, byte_budgets=budgets, seed=seed)
+    compressor = adaptemb.fit(data.corpus, method=method, rotation=rotation, byte_budgets=budgets, seed=seed, **extra)
     fit_s = time.perf_counter() - start
     ndcg = {}
     for budget in budgets:
@@ -62,6 +65,7 @@ def summary(rows: list[dict[str, Any]], budgets: list[int]) -> dict[str, Any]:
 def main() -> None:
     parser = data_set_parser(__doc__.split("\n\n")[0], bytes_default="16,32")
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--method", default="svd+binary", help="svd+binary or cllr+binary (without pairs)")
     args = parser.parse_args()
     data = dataset(args.data, args.docs, 0)
     load_before = list(os.getloadavg())
@@ -75,14 +79,14 @@ def main() -> None:
     rows = []
     for seed in range(args.seeds):
         for rotation in ROTATIONS:
-            rows.append(rotation_rows(data, rotation, args.bytes, seed))
+            rows.append(rotation_rows(data, args.method, rotation, args.bytes, seed))
             print(rows[-1], flush=True)
     name = data.name if args.data == "default" else f"{args.data}-{args.docs}"
-    record = {"benchmark": "itq_default", "dataset": name, "docs": len(data.corpus), "queries": len(data.queries),
-              "dim": data.dim, "bytes": args.bytes, "seeds": args.seeds, "faiss": faiss_rows, "rows": rows,
-              "summary": summary(rows, args.bytes), "load_before": load_before, "load_after": list(os.getloadavg()),
-              "machine": machine_info()}
-    out = args.out or Path(__file__).parent / "results" / f"itq_default_{args.data}.json"
+    record = {**data_fields("itq_default", data), "dataset": name, "method": args.method, "bytes": args.bytes,
+              "seeds": args.seeds, "faiss": faiss_rows, "rows": rows, "summary": summary(rows, args.bytes),
+              "load_before": load_before, "load_after": list(os.getloadavg()), "machine": machine_info()}
+    suffix = "" if args.method == "svd+binary" else f"_{args.method.replace('+', '_')}"
+    out = args.out or Path(__file__).parent / "results" / f"itq_default_{args.data}{suffix}.json"
     write_record(out, record)
 
 

@@ -19,6 +19,12 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(json.dumps(records, indent=1) + "\n"))
 
 
+def data_fields(benchmark: str, data: Any) -> dict[str, Any]:
+    """The fields every record on one data set starts with: the benchmark's name and the data's name and shape."""
+    return {"benchmark": benchmark, "dataset": data.name, "docs": len(data.corpus), "queries": len(data.queries),
+            "dim": data.dim}
+
+
 def write_record(path: Path, record: dict[str, Any]) -> None:
     """Write ``record`` as the JSON file ``path`` (created with its folder) and say where."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -58,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from arguments import data_set_parser, integers
 from compose_frontier import dataset
 from csr_budget_fit import pair_split
-from records import write_record
+from records import data_fields, write_record
 
 # the direction each statistic is read in: +1 higher is better
 DIRECTIONS = {
@@ -400,11 +400,7 @@ def main() -> None:
     load_before, start = os.getloadavg(), time.perf_counter()
     svd = adaptemb.fit(data.corpus, "svd", seed=0)
     record: dict[str, Any] = {
-        "benchmark": "rotation_choice",
-        "dataset": data.name,
-        "docs": len(data.corpus),
-        "queries": len(data.queries),
-        "dim": data.dim,
+        **data_fields("rotation_choice", data),
         "bytes": args.bytes,
         "seeds": args.seeds,
         "pairs": args.pairs,
