@@ -34,6 +34,9 @@ from adaptemb.index.postings import (
     search_sparse,
 )
 
+NORM_ROWS = 65536
+"""Rows whose L1 norms are computed at a time (bounds the (rows, k) temporaries)."""
+
 
 @dataclass(frozen=True)
 class LevelRows:
@@ -62,9 +65,9 @@ class LevelRows:
         index_type = np.uint16 if codes.dim < 2**16 else np.uint32
         level_type = np.uint8 if codes.value_bits <= 8 else np.uint16
         norms = np.empty(n, np.float64)
-        for start in range(0, n, 65536):  # bounded temporaries
-            entries = indices[start : start + 65536] * table.shape[1] + levels[start : start + 65536]
-            norms[start : start + 65536] = np.abs(table.ravel()[entries]).sum(axis=1, dtype=np.float64)
+        for rows in (slice(start, start + NORM_ROWS) for start in range(0, n, NORM_ROWS)):  # bounded temporaries
+            entries = indices[rows] * table.shape[1] + levels[rows]  # the values the kernel reads from the table
+            norms[rows] = np.abs(table.ravel()[entries]).sum(axis=1, dtype=np.float64)
         return cls(np.arange(0, n * k + 1, k, dtype=np.int64), indices.astype(index_type).ravel(),
                    levels.astype(level_type).ravel(), table, np.ones(n, np.float32), rounded_up(norms), n, codes.dim)
 
