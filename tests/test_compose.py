@@ -18,7 +18,15 @@ from pydantic import Field
 
 import adaptemb
 from adaptemb import CompressorConfig, InvalidConfigError, UnknownCompressorError, UnsupportedExportError
-from adaptemb.compose import ComposedCompressor, default_byte_ladder, itq_rotation, random_rotation
+from adaptemb.compose import (
+    ComposedCompressor,
+    HadamardRotation,
+    default_byte_ladder,
+    hadamard_rotation,
+    itq_rotation,
+    random_rotation,
+)
+from adaptemb.compose import compressor as compose_compressor
 from adaptemb.datasets import load_dataset
 from adaptemb.evaluate.metrics import ndcg_at_k
 from adaptemb.index.float_binary import FloatBinaryIndex
@@ -92,7 +100,7 @@ def test_configuration_errors_name_the_part_and_the_parameter() -> None:
     with pytest.raises(InvalidConfigError, match="given twice"):
         adaptemb.get_compressor("svd+binary", threshold="zero", quantizer={"threshold": "mean"})
     with pytest.raises(InvalidConfigError, match="rotation"):
-        adaptemb.get_compressor("svd+binary", rotation="hadamard")
+        adaptemb.get_compressor("svd+binary", rotation="householder")
 
 
 class _TemperedConfig(CompressorConfig):
@@ -207,6 +215,75 @@ def test_auto_rotation_is_itq_before_sign_bits_and_none_before_other_quantisers(
     assert not np.allclose(learned, random_rotation(16, 0), atol=1e-3)
     np.testing.assert_allclose(learned @ learned.T, np.eye(16), atol=1e-5)
     assert adaptemb.fit(x, "svd+rabitq", byte_budgets=[4]).fit_report["rotation"] == "none"
+
+
+@pytest.mark.parametrize("rank", [1, 8, 12, 48, 100, 384])
+def test_the_hadamard_rotation_is_orthogonal_seeded_and_spreads_every_coordinate(rank: int) -> None:
+    rotation = hadamard_rotation(rank, seed=3, center=torch.zeros(rank))
+    matrix = rotation.matrix.double()
+    torch.testing.assert_close(matrix @ matrix.T, torch.eye(rank, dtype=torch.float64), atol=1e-5, rtol=0)
+    y = torch.randn(7, rank)
+    torch.testing.assert_close(rotation.rotate(y), y @ rotation.matrix, atol=1e-5, rtol=0)
+    assert torch.equal(hadamard_rotation(rank, 3, torch.zeros(rank)).signs, rotation.signs)
+    if rank >= 8:  # no coordinate stays put: a Haar-random matrix's largest entry at these ranks is 0.2-0.8
+        assert not torch.equal(hadamard_rotation(rank, 4, torch.zeros(rank)).signs, rotation.signs)
+        assert matrix.abs().max() < 0.8
+
+
+def test_the_walsh_hadamard_transform_is_sylvesters_matrix() -> None:
+    from adaptemb.compose.rotation import walsh_hadamard
+
+    h4 = torch.tensor([[1, 1, 1, 1], [1, -1, 1, -1], [1, 1, -1, -1], [1, -1, -1, 1]], dtype=torch.float32) / 2
+    torch.testing.assert_close(walsh_hadamard(torch.eye(4)), h4)
+    y = torch.randn(5, 32)
+    torch.testing.assert_close(walsh_hadamard(walsh_hadamard(y)), y, atol=1e-5, rtol=0)  # H / sqrt(p) is its inverse
+
+
+def test_a_hadamard_rotation_is_stored_as_signs_and_scores_like_its_matrix(x: np.ndarray, tmp_path: Path) -> None:
+    fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2], rotation="hadamard")
+    assert fitted.fit_report["rotation"] == "hadamard"
+    path = fitted.save(tmp_path / "h.safetensors")
+    _, tensors = read_tensors(path)
+    assert tensors["rank16.hadamard_signs"].dtype == torch.int8 and tensors["rank16.hadamard_signs"].shape == (3, 16)
+    assert not any(key.endswith(".rotation") for key in tensors)
+    rotation, _ = fitted._stages[16]
+    assert isinstance(rotation, HadamardRotation)
+    y = fitted._projected(torch.from_numpy(x), 16)
+    signs = np.where(((y - rotation.center) @ rotation.matrix).numpy() > tensors["rank16.quantizer.threshold"].numpy(), 1, -1)
+    docs, queries = fitted.encode(x, k=16), fitted.encode_queries(x[:5], k=16)
+    np.testing.assert_array_equal(docs.to_dense(), signs)
+    np.testing.assert_allclose(queries.values, (y[:5] @ rotation.matrix).numpy(), atol=1e-5)
+    loaded = adaptemb.load(path)
+    np.testing.assert_array_equal(loaded.encode(x, k=16).to_dense(), docs.to_dense())
+    np.testing.assert_array_equal(loaded.encode_queries(x[:5], k=16).values, queries.values)
+
+
+def test_auto_is_itq_up_to_its_largest_rank_then_hadamard_and_older_itq_files_still_load(
+        x: np.ndarray, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compose_compressor, "ITQ_MAX_RANK", 100)  # every rank of the 48-d fixture: what older fits were
+    older = adaptemb.fit(x, "svd+binary", byte_budgets=[2])
+    assert older.fit_report["rotation"] == "itq"
+    older_path = older.save(tmp_path / "older.safetensors")
+    monkeypatch.setattr(compose_compressor, "ITQ_MAX_RANK", 16)
+    fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2])
+    assert fitted.fit_report["rotation"] == "mixed" and fitted.fit_report["rotations"] == {16: "itq", 48: "hadamard"}
+    _, tensors = read_tensors(fitted.save(tmp_path / "now.safetensors"))
+    assert "rank16.rotation" in tensors and "rank48.hadamard_signs" in tensors and "rank48.rotation" not in tensors
+    loaded = adaptemb.load(older_path)  # rank 48 now defaults to Hadamard, but the file holds ITQ's matrix
+    np.testing.assert_array_equal(loaded.encode(x, k=48).to_dense(), older.encode(x, k=48).to_dense())
+    assert not np.array_equal(fitted.encode(x, k=48).to_dense(), older.encode(x, k=48).to_dense())
+
+
+def test_damaged_hadamard_signs_are_refused_at_load(x: np.ndarray) -> None:
+    fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2], rotation="hadamard")
+    state = fitted.state_tensors()
+    state["rank16.hadamard_signs"] = 2 * state["rank16.hadamard_signs"]
+    with pytest.raises(adaptemb.CorruptFileError, match=r"\+1 or -1"):
+        type(fitted).from_saved(fitted.file_metadata(), state)
+    state = fitted.state_tensors()
+    del state["rank16.center"]
+    with pytest.raises(adaptemb.CorruptFileError, match="rank-16"):
+        type(fitted).from_saved(fitted.file_metadata(), state)
 
 
 def test_float_queries_are_rotated_without_centring_and_score_against_signs(x: np.ndarray) -> None:

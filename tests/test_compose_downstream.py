@@ -80,7 +80,8 @@ def agreement(ids: np.ndarray, expected: np.ndarray) -> float:
 
 
 @needs_onnx
-@pytest.mark.parametrize(("method", "params"), [("svd+binary", {}), ("svd+int8", {"rotation": "random"}),
+@pytest.mark.parametrize(("method", "params"), [("svd+binary", {}), ("svd+binary", {"rotation": "hadamard"}),
+                                                ("svd+int8", {"rotation": "random"}),
                                                 ("mrl+binary", {"projection": {"values": "float16"}}),
                                                 ("svd+binary", {"projection": {"values": "int8"}})])
 def test_composition_head_exports_and_reproduces_encode(method: str, params: dict[str, Any], real: Any,

@@ -10,16 +10,27 @@ from __future__ import annotations
 
 from adaptemb.compose.compressor import ComposedCompressor, composed_class, default_byte_ladder
 from adaptemb.compose.config import ComposedConfig
-from adaptemb.compose.rotation import Rotation, fit_rotation, itq_rotation, random_rotation
+from adaptemb.compose.rotation import (
+    DenseRotation,
+    HadamardRotation,
+    Rotation,
+    fit_rotation,
+    hadamard_rotation,
+    itq_rotation,
+    random_rotation,
+)
 from adaptemb.registry import set_composer
 
 __all__ = [
     "ComposedCompressor",
     "ComposedConfig",
+    "DenseRotation",
+    "HadamardRotation",
     "Rotation",
     "composed_class",
     "default_byte_ladder",
     "fit_rotation",
+    "hadamard_rotation",
     "itq_rotation",
     "random_rotation",
 ]

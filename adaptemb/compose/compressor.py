@@ -13,7 +13,7 @@ rotated float query; documents of a symmetric quantiser are searched by the floa
 serves float queries against its codes (binary: ``<q, ±1>``, ``adaptemb.index.float_binary``), else queries are
 quantised like documents (int8; or ``float_queries=False``). Saved as one safetensors file: the projection's
 tensors under ``projection.``, each rank's quantiser under ``rank{r}.quantizer.`` and its rotation under
-``rank{r}.``. ONNX: ``encoder(r)`` is the projection's head, the rotation and the quantiser's head as one module
+``rank{r}.`` (``center`` and a dense ``rotation`` matrix, or ``hadamard_signs``). ONNX: ``encoder(r)`` is the projection's head, the rotation and the quantiser's head as one module
 (``adaptemb.compose.export``), where both parts export.
 """
 
@@ -30,7 +30,7 @@ from adaptemb.budgets import Budgets, largest_budget_within
 from adaptemb.codes import Codes, DenseCodes, decoded_inner_products
 from adaptemb.compose.config import ComposedConfig, composed_config, make_composed_config
 from adaptemb.compose.export import ComposedHead, ProjectedValues, refusal
-from adaptemb.compose.rotation import Rotation, fit_rotation
+from adaptemb.compose.rotation import ITQ_MAX_RANK, Rotation, fit_rotation
 from adaptemb.errors import InvalidConfigError, UnsupportedExportError
 from adaptemb.linalg import has_direction
 from adaptemb.method import Compressor
@@ -107,12 +107,14 @@ class ComposedCompressor(Compressor):
             return self._quantizer_template.query_kind
         return "dense" if self.float_queries else self.doc_kind
 
-    @property
-    def rotation_kind(self) -> str:
-        """The rotation this config fits: ``rotation``, with ``auto`` resolved by the quantiser's ``sign_bits``."""
+    def rotation_kind(self, rank: int) -> str:
+        """The rotation this config fits at ``rank``: ``rotation``; ``auto`` before a sign-bit quantiser (its
+        ``sign_bits``) is ITQ up to rank ``ITQ_MAX_RANK`` and Hadamard above, before any other quantiser none."""
         if self.config.rotation != "auto":
             return self.config.rotation
-        return "itq" if self.Quantizer.sign_bits else "none"
+        if not self.Quantizer.sign_bits:
+            return "none"
+        return "itq" if rank <= ITQ_MAX_RANK else "hadamard"
 
     # -- fit -----------------------------------------------------------------------------------------
 
@@ -135,7 +137,8 @@ class ComposedCompressor(Compressor):
         if self.config.k is not None and self.config.k not in self._stages:
             raise InvalidConfigError(f"{self.name}: k={self.config.k} is not a rank of the projection "
                                      f"({projection.budgets().describe()})", parameter="k", value=self.config.k)
-        self.fit_report = {"ranks": sorted(self._stages), "rotation": self.rotation_kind,
+        kinds = {rank: self.rotation_kind(rank) for rank in sorted(self._stages)}
+        self.fit_report = {"ranks": sorted(self._stages), "rotation": _one_or_mixed(kinds.values()), "rotations": kinds,
                            "bytes_per_vector": {r: self._code_bytes(r) for r in sorted(self._stages)},
                            "projection": projection.fit_report}
         if self._choices:
@@ -147,7 +150,7 @@ class ComposedCompressor(Compressor):
         y = self._projected(x, rank)
         if self.config.rotation == "pairs":
             return self._chosen_stage(y, rank, supervision["pairs"])
-        rotation = fit_rotation(y, self.rotation_kind, self.config.seed, self.config.itq_iterations)
+        rotation = fit_rotation(y, self.rotation_kind(rank), self.config.seed, self.config.itq_iterations)
         mine = {key: value for key, value in supervision.items() if key in self.Quantizer.fit_inputs}
         if "pairs" in mine:
             mine["pairs"] = tuple(_documents(rotation, self._projected(side, rank)) for side in mine["pairs"])
@@ -329,8 +332,10 @@ class ComposedCompressor(Compressor):
         self._stages, self._sizes = {}, {}
         for rank in ranks:
             own = split_prefix(tensors, f"rank{rank}.")
-            chose_none = self.rotation_kind == "pairs" and "rotation" not in own  # rotation='pairs' chose none here
-            rotation = None if self.rotation_kind == "none" or chose_none else Rotation.from_tensors(own, rank)
+            kind, stored = self.rotation_kind(rank), "center" in own
+            chose_none = kind == "pairs" and not stored  # rotation='pairs' chose none at this rank
+            # the stored tensors say which rotation (files of rotation='auto' from before Hadamard hold ITQ matrices)
+            rotation = None if kind == "none" or chose_none else Rotation.from_tensors(own, rank)
             quantizer = self.Quantizer(config=self.config.quantizer)  # type: ignore[attr-defined]
             quantizer.restore(rank, split_prefix(own, "quantizer."))
             self._stages[rank] = (rotation, quantizer)
@@ -348,6 +353,12 @@ class ComposedCompressor(Compressor):
         except BaseException:
             self.dim = None
             raise
+
+
+def _one_or_mixed(kinds: Any) -> str:
+    """The one rotation kind every rank has, or ``"mixed"`` (``fit_report["rotations"]`` has each rank's)."""
+    distinct = set(kinds)
+    return distinct.pop() if len(distinct) == 1 else "mixed"
 
 
 def _documents(rotation: Rotation | None, y: torch.Tensor) -> torch.Tensor:

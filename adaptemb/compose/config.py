@@ -14,11 +14,12 @@ import pydantic
 from pydantic import Field
 
 from adaptemb.budgets import ByteBudgets
+from adaptemb.compose.rotation import ITQ_MAX_RANK
 from adaptemb.config import CompressorConfig, config_error_message
 from adaptemb.errors import InvalidConfigError, did_you_mean
 
 PARTS = ("projection", "quantizer")
-ROTATIONS = ("auto", "random", "itq", "none", "pairs")
+ROTATIONS = ("auto", "random", "itq", "hadamard", "none", "pairs")
 
 
 class ComposedConfig(CompressorConfig):
@@ -29,9 +30,11 @@ class ComposedConfig(CompressorConfig):
     byte_budgets: ByteBudgets = Field(
         None, description="Bytes per vector the fit prepares a projection rank for (the largest rank whose codes fit "
         "each); None: 1, 2, 3, 4, 6, 8, 12, 16, 24, ... up to the code of the full rank, which is always prepared.")
-    rotation: Literal["auto", "random", "itq", "none", "pairs"] = Field(
+    rotation: Literal["auto", "random", "itq", "hadamard", "none", "pairs"] = Field(
         "auto", description="Orthogonal rotation of the centred projected rows before the quantiser: a seeded random "
-        "one, ITQ (learned, from the random one) or none; auto: ITQ before sign-bit quantisers (binary), else none; "
+        "matrix, ITQ (learned, from the random one), a randomized Hadamard transform (seeded; r signs per round "
+        "stored, O(r log r) per row) or none; auto: before sign-bit quantisers (binary) ITQ up to rank "
+        f"{ITQ_MAX_RANK} and Hadamard above, else none; "
         "pairs: per rank, whichever of random, itq and none ranks the fit pairs' documents best (MRR of the float "
         "pair queries among the fit rows' codes); needs pairs, and parts that learn nothing from them.")
     itq_iterations: int = Field(50, ge=1, description="ITQ's alternations of signs and rotation (at most: it stops when no sign changes).")

@@ -1,54 +1,167 @@
 """The orthogonal rotation between a composition's projection and its quantiser, fitted per projection rank.
 
-Documents are centred on the projected fit rows' mean and rotated, ``z = (y - mean) @ matrix``; float queries
-are rotated without the centring, ``y @ matrix``: then ``<query, z>`` is ``<y_q, y_d>`` less a constant per
+Documents are centred on the projected fit rows' mean and rotated, ``z = rotate(y - mean)``; float queries
+are rotated without the centring, ``rotate(y)``: then ``<query, z>`` is ``<y_q, y_d>`` less a constant per
 query, so the ranking keeps no document-dependent bias from the centre. A random rotation spreads the
 variance of the leading projected directions over every dimension before one sign bit per dimension is kept;
 ITQ (iterative quantisation, Gong & Lazebnik 2011) learns the rotation that brings the centred rows closest
 to their signs, starting from the random one: the default before sign bits, measured higher than the random
-rotation on real queries (docs/results.md, "ITQ as the default rotation").
+rotation on real queries (docs/results.md, "ITQ as the default rotation"). Both are dense (r, r) matrices: at
+large ranks ITQ's 50 (r, r) factorisations take minutes and each matrix r^2 floats in the file, so there the
+default is a randomized Hadamard transform (``HadamardRotation``: seeded sign flips and Walsh-Hadamard
+transforms, r signs per round stored), as good as the random matrix on real queries (docs/results.md).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
+import scipy.linalg
 import torch
 
 from adaptemb.threads import compute_threads
 
 ITQ_SAMPLE_ROWS = 20_000
+ITQ_MAX_RANK = 1024
+"""The largest rank ``rotation="auto"`` learns ITQ at before sign bits; above it a Hadamard rotation. ITQ's 50
+rounds on 20,000 rows take ~1.8 s each at rank 1024 and ~18 s at 3072 (2-core AMD EPYC), and its gain over a
+random rotation at ranks 384-768 is ~+0.004 NDCG@10 (docs/results.md)."""
+HADAMARD_ROUNDS = 3
+"""Rounds of sign flips and Walsh-Hadamard transforms of a ``HadamardRotation``."""
+
+
+class Rotation:
+    """An orthogonal map of projected rows of rank r, after centring documents on ``center`` (r,) float32."""
+
+    center: torch.Tensor
+    matrix: torch.Tensor
+    """The (r, r) float32 matrix ``rotate`` multiplies by (what an ONNX graph stores)."""
+    kind: ClassVar[str]
+    """``"dense"`` (a stored matrix: random or ITQ) or ``"hadamard"``."""
+
+    def rotate(self, y: torch.Tensor) -> torch.Tensor:
+        """Rows (n, r) times the orthogonal matrix."""
+        raise NotImplementedError
+
+    def documents(self, y: torch.Tensor) -> torch.Tensor:
+        """Projected document rows, centred and rotated."""
+        return self.rotate(y - self.center)
+
+    def queries(self, y: torch.Tensor) -> torch.Tensor:
+        """Projected float queries, rotated (not centred: see the module docstring)."""
+        return self.rotate(y)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    @staticmethod
+    def from_tensors(tensors: dict[str, torch.Tensor], rank: int) -> Rotation:
+        """The rotation saved by ``tensors()`` (a matrix under ``rotation``, or ``hadamard_signs``); ``ValueError``
+        for a missing or wrong-shaped tensor or a matrix that is not orthogonal."""
+        if "hadamard_signs" in tensors:
+            return HadamardRotation.from_tensors(tensors, rank)
+        if "rotation" not in tensors:
+            raise ValueError(f"the rank-{rank} rotation is missing: neither rotation nor hadamard_signs is stored")
+        return DenseRotation.from_tensors(tensors, rank)
 
 
 @dataclass(frozen=True)
-class Rotation:
-    """A centre (r,) and an orthogonal matrix (r, r), both float32."""
+class DenseRotation(Rotation):
+    """A centre (r,) and an orthogonal matrix (r, r), both float32: random or learned (ITQ)."""
 
     center: torch.Tensor
     matrix: torch.Tensor
 
-    def documents(self, y: torch.Tensor) -> torch.Tensor:
-        """Projected document rows, centred and rotated."""
-        return (y - self.center) @ self.matrix
+    kind: ClassVar[str] = "dense"
 
-    def queries(self, y: torch.Tensor) -> torch.Tensor:
-        """Projected float queries, rotated (not centred: see the module docstring)."""
+    def rotate(self, y: torch.Tensor) -> torch.Tensor:
         return y @ self.matrix
 
     def tensors(self) -> dict[str, torch.Tensor]:
         return {"center": self.center, "rotation": self.matrix}
 
-    @classmethod
-    def from_tensors(cls, tensors: dict[str, torch.Tensor], rank: int) -> Rotation:
-        """The rotation saved by ``tensors()``; ``ValueError`` for a wrong shape or a matrix that is not orthogonal."""
-        center, matrix = tensors["center"].float(), tensors["rotation"].float()
-        if center.shape != (rank,) or matrix.shape != (rank, rank):
-            raise ValueError(f"a rank-{rank} rotation needs center ({rank},) and rotation ({rank}, {rank}); "
-                             f"got {tuple(center.shape)} and {tuple(matrix.shape)}")
+    @staticmethod
+    def from_tensors(tensors: dict[str, torch.Tensor], rank: int) -> DenseRotation:
+        center, matrix = _center(tensors, rank), tensors["rotation"].float()
+        if matrix.shape != (rank, rank):
+            raise ValueError(f"a rank-{rank} rotation needs rotation ({rank}, {rank}); got {tuple(matrix.shape)}")
         if not torch.allclose(matrix.double() @ matrix.double().T, torch.eye(rank, dtype=torch.float64), atol=1e-4):
             raise ValueError(f"the rank-{rank} rotation is not orthogonal")
-        return cls(center.contiguous(), matrix.contiguous())
+        return DenseRotation(center, matrix.contiguous())
+
+
+@dataclass(frozen=True)
+class HadamardRotation(Rotation):
+    """A randomized Hadamard transform of rank r: ``HADAMARD_ROUNDS`` rounds of flipping signs (``signs``, (rounds,
+    r) of ±1), then the normalised Walsh-Hadamard transform of the largest power of two p <= r on a block of p
+    coordinates: the first p in even rounds, the last p in odd ones (the same block where r = p, p > r / 2 so the
+    blocks overlap). Each step is orthogonal, so the whole is; it costs O(r log r) per row and stores rounds x r
+    signs instead of an (r, r) matrix."""
+
+    center: torch.Tensor
+    signs: torch.Tensor
+
+    kind: ClassVar[str] = "hadamard"
+
+    def rotate(self, y: torch.Tensor) -> torch.Tensor:
+        rank = y.shape[1]
+        width = 1 << (rank.bit_length() - 1)
+        for step, flips in enumerate(self.signs):
+            y = y * flips  # a new tensor: the transform below writes into it
+            block = slice(0, width) if step % 2 == 0 else slice(rank - width, rank)
+            y[:, block] = walsh_hadamard(y[:, block])
+        return y
+
+    @functools.cached_property
+    def matrix(self) -> torch.Tensor:  # type: ignore[override]  # computed once from the signs, not stored
+        return self.rotate(torch.eye(self.signs.shape[1]))
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {"center": self.center, "hadamard_signs": self.signs.to(torch.int8)}
+
+    @staticmethod
+    def from_tensors(tensors: dict[str, torch.Tensor], rank: int) -> HadamardRotation:
+        center, signs = _center(tensors, rank), tensors["hadamard_signs"]
+        if signs.ndim != 2 or signs.shape[1] != rank or signs.shape[0] < 1:
+            raise ValueError(f"a rank-{rank} Hadamard rotation needs hadamard_signs (rounds, {rank}); "
+                             f"got {tuple(signs.shape)}")
+        if not bool(((signs == 1) | (signs == -1)).all()):
+            raise ValueError(f"the rank-{rank} Hadamard rotation's signs must all be +1 or -1")
+        return HadamardRotation(center, signs.float().contiguous())
+
+
+def _center(tensors: dict[str, torch.Tensor], rank: int) -> torch.Tensor:
+    if "center" not in tensors:
+        raise ValueError(f"the rank-{rank} rotation's center is missing")
+    center = tensors["center"].float()
+    if center.shape != (rank,):
+        raise ValueError(f"a rank-{rank} rotation needs center ({rank},); got {tuple(center.shape)}")
+    return center.contiguous()
+
+
+@functools.cache
+def _sylvester(size: int) -> torch.Tensor:
+    return torch.from_numpy(scipy.linalg.hadamard(size).astype(np.float32))
+
+
+def walsh_hadamard(y: torch.Tensor) -> torch.Tensor:
+    """The normalised Walsh-Hadamard transform of rows (n, p), p a power of two, as two small matrix products:
+    ``H_p = H_a (x) H_b`` with each row viewed as an (a, b) matrix (faster than log2 p butterfly passes on CPU)."""
+    rows, width = y.shape
+    b = 1 << (width.bit_length() - 1) // 2
+    a = width // b
+    out = _sylvester(a) @ (y.reshape(rows, a, b) @ _sylvester(b))
+    return out.reshape(rows, width) * width**-0.5
+
+
+def hadamard_rotation(rank: int, seed: int, center: torch.Tensor) -> HadamardRotation:
+    """A seeded randomized Hadamard rotation of ``rank`` (numpy's generator draws the signs)."""
+    rng = np.random.default_rng((seed, rank, HADAMARD_ROUNDS))
+    signs = np.where(rng.random((HADAMARD_ROUNDS, rank)) < 0.5, -1.0, 1.0).astype(np.float32)
+    return HadamardRotation(center, torch.from_numpy(signs))
 
 
 def random_rotation(rank: int, seed: int) -> np.ndarray:
@@ -77,14 +190,17 @@ def itq_rotation(centred: np.ndarray, start: np.ndarray, iterations: int) -> np.
 
 
 def fit_rotation(y: torch.Tensor, kind: str, seed: int, iterations: int) -> Rotation | None:
-    """The rotation of kind ``"random"``, ``"itq"`` or ``"none"`` (None) for projected fit rows ``y`` (n, r)."""
+    """The rotation of kind ``"random"``, ``"itq"``, ``"hadamard"`` or ``"none"`` (None) for projected fit rows
+    ``y`` (n, r)."""
     if kind == "none":
         return None
     rows = y.double().numpy()
     center = rows.mean(axis=0)
+    if kind == "hadamard":
+        return hadamard_rotation(rows.shape[1], seed, torch.from_numpy(center.astype(np.float32)))
     matrix = random_rotation(rows.shape[1], seed)
     if kind == "itq":
         rng = np.random.default_rng(seed)
         sample = rows if len(rows) <= ITQ_SAMPLE_ROWS else rows[np.sort(rng.choice(len(rows), ITQ_SAMPLE_ROWS, replace=False))]
         matrix = itq_rotation(sample - center, matrix, iterations)
-    return Rotation(torch.from_numpy(center.astype(np.float32)), torch.from_numpy(matrix.astype(np.float32)))
+    return DenseRotation(torch.from_numpy(center.astype(np.float32)), torch.from_numpy(matrix.astype(np.float32)))
