@@ -217,6 +217,20 @@ def test_auto_rotation_is_itq_before_sign_bits_and_none_before_other_quantisers(
     assert adaptemb.fit(x, "svd+rabitq", byte_budgets=[4]).fit_report["rotation"] == "none"
 
 
+def test_rotation_pairs_chooses_between_hadamard_and_none_above_the_itq_rank(
+        x: np.ndarray, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compose_compressor, "ITQ_MAX_RANK", 16)
+    rng = np.random.default_rng(1)
+    documents = x[:80]
+    queries = documents + 0.5 * x.std() * rng.standard_normal(documents.shape)
+    fitted = adaptemb.fit(x, "svd+binary", rotation="pairs", byte_budgets=[2], pairs=(queries, documents))
+    choices = fitted.fit_report["rotation_choice"]
+    assert set(choices[16]["pair_mrr"]) == {"random", "itq", "none"}
+    assert set(choices[48]["pair_mrr"]) == {"hadamard", "none"}
+    loaded = adaptemb.load(fitted.save(tmp_path / "chosen.safetensors"))
+    np.testing.assert_array_equal(loaded.encode(x, k=48).packed, fitted.encode(x, k=48).packed)
+
+
 @pytest.mark.parametrize("rank", [1, 8, 12, 48, 100, 384])
 def test_the_hadamard_rotation_is_orthogonal_seeded_and_spreads_every_coordinate(rank: int) -> None:
     rotation = hadamard_rotation(rank, seed=3, center=torch.zeros(rank))

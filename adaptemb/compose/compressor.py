@@ -40,7 +40,9 @@ from adaptemb.serialization import split_prefix
 SIZE_SAMPLE_ROWS = 1024
 """Fit rows a quantiser is fitted on to measure its code size at a candidate rank (more where the rank is larger)."""
 CHOICE_ROTATIONS = ("random", "itq", "none")
-"""The rotations ``rotation="pairs"`` chooses among, in the order that breaks a tie."""
+"""The rotations ``rotation="pairs"`` chooses among, in the order that breaks a tie, up to rank ``ITQ_MAX_RANK``;
+above it ``LARGE_RANK_CHOICES`` (ITQ would take minutes per rank, and Hadamard stands in for the dense random matrix)."""
+LARGE_RANK_CHOICES = ("hadamard", "none")
 CHOICE_ROWS, CHOICE_PAIRS = 10_000, 2_000
 """At most this many fit rows (the distractors) and pairs (seeded samples) measure the pairs' MRR of a rotation."""
 
@@ -159,7 +161,8 @@ class ComposedCompressor(Compressor):
 
     def _chosen_stage(self, y: torch.Tensor, rank: int,
                       pairs: tuple[torch.Tensor, torch.Tensor]) -> tuple[Rotation | None, Compressor]:
-        """rotation='pairs': the stage of each of ``CHOICE_ROTATIONS``; the one whose pairs' MRR is highest (each
+        """rotation='pairs': the stage of each candidate (``CHOICE_ROTATIONS``, or ``LARGE_RANK_CHOICES`` above rank
+        ``ITQ_MAX_RANK``); the one whose pairs' MRR is highest (each
         float pair query ranks its document's code among the fit rows' codes), recorded in ``_choices``."""
         rng = np.random.default_rng(self.config.seed)
         take = np.sort(rng.choice(len(pairs[0]), min(len(pairs[0]), CHOICE_PAIRS), replace=False))
@@ -168,7 +171,8 @@ class ComposedCompressor(Compressor):
         seen = {row.numpy().tobytes() for row in documents}
         keys = torch.cat([documents, rows[[row.numpy().tobytes() not in seen for row in rows]]])
         stages, mrr = {}, {}
-        for kind in CHOICE_ROTATIONS:
+        candidates = CHOICE_ROTATIONS if rank <= ITQ_MAX_RANK else LARGE_RANK_CHOICES
+        for kind in candidates:
             rotation = fit_rotation(y, kind, self.config.seed, self.config.itq_iterations)
             quantizer = self.Quantizer(config=self.config.quantizer).fit(_documents(rotation, y))  # type: ignore[attr-defined]
             stages[kind] = (rotation, quantizer)
@@ -176,7 +180,7 @@ class ComposedCompressor(Compressor):
                                   quantizer.encode(_documents(rotation, keys)))
             own = np.diagonal(scores)[:, None]
             mrr[kind] = float(np.mean(1.0 / (1 + (scores > own).sum(axis=1))))
-        chosen = max(CHOICE_ROTATIONS, key=lambda kind: mrr[kind])
+        chosen = max(candidates, key=lambda kind: mrr[kind])
         self._choices[rank] = {"chosen": chosen, "pair_mrr": mrr, "pairs": len(take),
                                "distractor_rows": len(keys) - len(take)}
         return stages[chosen]

@@ -35,7 +35,7 @@ class ComposedConfig(CompressorConfig):
         "matrix, ITQ (learned, from the random one), a randomized Hadamard transform (seeded; r signs per round "
         "stored, O(r log r) per row) or none; auto: before sign-bit quantisers (binary) ITQ up to rank "
         f"{ITQ_MAX_RANK} and Hadamard above, else none; "
-        "pairs: per rank, whichever of random, itq and none ranks the fit pairs' documents best (MRR of the float "
+        "pairs: per rank, whichever of random, itq and none (above that rank hadamard and none) ranks the fit pairs' documents best (MRR of the float "
         "pair queries among the fit rows' codes); needs pairs, and parts that learn nothing from them.")
     itq_iterations: int = Field(50, ge=1, description="ITQ's alternations of signs and rotation (at most: it stops when no sign changes).")
     float_queries: bool = Field(
