@@ -10,6 +10,10 @@ csr's (the query projection included in csr's time). The JSON records the machin
 
     python benchmarks/packed_search.py                 # 500,000 rows, 16 / 32 / 64 B
     python benchmarks/packed_search.py --rows 100000 --rounds 3
+    python benchmarks/packed_search.py --data wordnet-examples-768   # the 768-d stand-in (5,000 rows, 1,000 queries)
+
+With ``--data wordnet-examples-768`` csr is fitted on the 768-d stand-in's 5,000 documents (``compose_frontier.dataset``)
+and the 500,000 rows are mixed from them; the record goes to ``packed_search_500k_wordnet-examples-768.json``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+from compose_frontier import dataset
 from records import write_record
 
 import adaptemb
@@ -49,9 +54,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=500_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--bytes", type=int, nargs="+", default=[16, 32, 64])
+    parser.add_argument("--data", default="default", help="default, or wordnet-examples-768 (the 768-d stand-in)")
     args = parser.parse_args()
     load_before = os.getloadavg()
-    data = load_dataset("default")
+    data = load_dataset("default") if args.data == "default" else dataset(args.data, 5000, 0)
     corpus, queries = data.corpus.astype(np.float32), data.queries[:512].astype(np.float32)
     csr = adaptemb.fit(corpus, "csr", progress=False)
     docs = documents(corpus, args.rows)
@@ -71,7 +77,8 @@ def main() -> None:
                      "encode_s": round(encode_s, 1), "search": asdict(stats),
                      "speedup_over_faiss_flat": round(faiss_time.median_s / stats.median_s, 2)})
         print(rows[-1], flush=True)
-    write_record(OUT, {"rows_indexed": args.rows, "queries": len(queries), "top_k": 10, "threads": faiss.omp_get_max_threads(),
+    out = OUT if args.data == "default" else OUT.with_name(f"{OUT.stem}_{args.data}.json")
+    write_record(out, {"data": args.data, "dim": docs.shape[1], "rows_indexed": args.rows, "queries": len(queries), "top_k": 10, "threads": faiss.omp_get_max_threads(),
                        "faiss_flat_ip": asdict(faiss_time), "csr": rows, "machine": machine_info(),
                        "load_before": [round(x, 2) for x in load_before],
                        "load_after": [round(x, 2) for x in os.getloadavg()]})
