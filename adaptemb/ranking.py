@@ -5,7 +5,8 @@
 * ``blockwise_top_k``: ``top_k`` of documents scored block by block (bounded memory), merged once;
 * ``threshold_top_k``: ``top_k`` of wide rows by skipping chunks that cannot reach the k-th score (sparse scores);
 * ``torch_top_k``: top-k on a torch device, of one score matrix or of document blocks merged on the device;
-* ``exact_top_k``: the corpus rows with the largest inner product per query (ground truth of a dense corpus).
+* ``exact_top_k``: the corpus rows with the largest inner product per query (ground truth of a dense corpus);
+* ``reciprocal_ranks``: each query's reciprocal rank of its best-scored relevant row, from a score block.
 
 Every numpy helper breaks ties by the lower column (document) id, so results are deterministic; ``torch.topk``
 leaves the order of ties to the device.
@@ -132,3 +133,11 @@ def exact_top_k(queries: np.ndarray, corpus: np.ndarray, k: int, chunk: int = 16
         scores, rows = top_k(block, min(k, block.shape[1]))
         best = merge_top_k([best[0], scores], [best[1], rows + start], k)
     return best[1]
+
+
+def reciprocal_ranks(scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
+    """Per query (a row of ``scores`` (q, n)): 1 / (1 + the number of rows scored above its best-scored relevant
+    row), 0 where ``relevant`` (q, n) bool marks none; a tie with the relevant row counts in its favour."""
+    best = scores.masked_fill(~relevant, float("-inf")).max(dim=1, keepdim=True).values
+    rank = 1 + (scores > best).sum(dim=1)
+    return torch.where(relevant.any(dim=1), 1.0 / rank.to(torch.float64), torch.zeros((), dtype=torch.float64))

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from adaptemb import Checkpoints, train
+from adaptemb import Checkpoints, ranking, train
 from adaptemb_plugins.csr_config import CSRConfig, loss_settings, steps_per_epoch
 from adaptemb_plugins.csr_model import CSRModel
 from adaptemb_plugins.csr_objective import CSRObjective
@@ -81,12 +81,8 @@ def held_out_mrr(scores: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], d
     ``scores(queries, pool)`` ((queries, pool) matrix)."""
     if len(data.held_queries) == 0:
         return 0.0
-    s = scores(data.held_queries, data.pool)
     relevant = data.held_groups[:, None] == data.pool_groups[None, :]
-    best_relevant = s.masked_fill(~relevant, float("-inf")).max(dim=1, keepdim=True).values
-    rank = 1 + (s > best_relevant).sum(dim=1)
-    found = relevant.any(dim=1)
-    return float(torch.where(found, 1.0 / rank.float(), torch.zeros_like(rank, dtype=torch.float)).mean())
+    return float(ranking.reciprocal_ranks(scores(data.held_queries, data.pool), relevant).mean())
 
 
 def fine_tune(model: CSRModel, config: CSRConfig, k: int, normalise: Callable[[torch.Tensor], torch.Tensor],

@@ -39,7 +39,7 @@ from adaptemb.index.postings import (
     _projected_kernel,
     run_projected,
 )
-from adaptemb.ranking import top_k
+from adaptemb.ranking import reciprocal_ranks, top_k
 from adaptemb.registry import build_index
 
 N, Q, D, H, K = 700, 23, 24, 96, 6
@@ -221,6 +221,14 @@ def test_threshold_top_k_equals_exact_top_k_with_ties() -> None:
         got, want = threshold_top_k(scores, k, chunk=64), top_k(scores, k)
         np.testing.assert_array_equal(got[1], want[1])
         np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_reciprocal_ranks_by_hand() -> None:
+    scores = torch.tensor([[0.9, 0.5, 0.7, 0.1], [0.2, 0.8, 0.8, 0.3], [0.4, 0.3, 0.2, 0.1]])
+    relevant = torch.tensor([[False, False, True, True], [False, False, True, False], [False] * 4])
+    # query 0: best relevant 0.7, one row above -> 1/2; query 1: a tie with the relevant 0.8 counts for it -> 1;
+    # query 2: nothing relevant -> 0
+    np.testing.assert_allclose(reciprocal_ranks(scores, relevant).numpy(), [0.5, 1.0, 0.0])
 
 
 def test_top_k_is_capped_at_the_index_size() -> None:

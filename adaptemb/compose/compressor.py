@@ -13,8 +13,9 @@ rotated float query; documents of a symmetric quantiser are searched by the floa
 serves float queries against its codes (binary: ``<q, ±1>``, ``adaptemb.index.float_binary``), else queries are
 quantised like documents (int8; or ``float_queries=False``). Saved as one safetensors file: the projection's
 tensors under ``projection.``, each rank's quantiser under ``rank{r}.quantizer.`` and its rotation under
-``rank{r}.`` (``center`` and a dense ``rotation`` matrix, or ``hadamard_signs``). ONNX: ``encoder(r)`` is the projection's head, the rotation and the quantiser's head as one module
-(``adaptemb.compose.export``), where both parts export.
+``rank{r}.`` (``center`` and a dense ``rotation`` matrix, or ``hadamard_signs``). ONNX: ``encoder(r)`` is the
+projection's head, the rotation and the quantiser's head as one module (``adaptemb.compose.export``), where both
+parts export.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from adaptemb.compose.rotation import ITQ_MAX_RANK, Rotation, fit_rotation
 from adaptemb.errors import InvalidConfigError, UnsupportedExportError
 from adaptemb.linalg import has_direction
 from adaptemb.method import Compressor
+from adaptemb.ranking import reciprocal_ranks
 from adaptemb.registry import COMPOSE_SEPARATOR, get_index_registry
 from adaptemb.serialization import split_prefix
 
@@ -162,8 +164,8 @@ class ComposedCompressor(Compressor):
     def _chosen_stage(self, y: torch.Tensor, rank: int,
                       pairs: tuple[torch.Tensor, torch.Tensor]) -> tuple[Rotation | None, Compressor]:
         """rotation='pairs': the stage of each candidate (``CHOICE_ROTATIONS``, or ``LARGE_RANK_CHOICES`` above rank
-        ``ITQ_MAX_RANK``); the one whose pairs' MRR is highest (each
-        float pair query ranks its document's code among the fit rows' codes), recorded in ``_choices``."""
+        ``ITQ_MAX_RANK``); the one whose pairs' MRR is highest (each float pair query ranks its document's code
+        among the fit rows' codes), recorded in ``_choices``."""
         rng = np.random.default_rng(self.config.seed)
         take = np.sort(rng.choice(len(pairs[0]), min(len(pairs[0]), CHOICE_PAIRS), replace=False))
         queries, documents = (self._projected(side[torch.from_numpy(take)], rank) for side in pairs)
@@ -178,8 +180,7 @@ class ComposedCompressor(Compressor):
             stages[kind] = (rotation, quantizer)
             scores = self._scores(quantizer, self._query_codes(stages[kind], queries),
                                   quantizer.encode(_documents(rotation, keys)))
-            own = np.diagonal(scores)[:, None]
-            mrr[kind] = float(np.mean(1.0 / (1 + (scores > own).sum(axis=1))))
+            mrr[kind] = float(reciprocal_ranks(torch.from_numpy(scores), torch.eye(*scores.shape, dtype=torch.bool)).mean())
         chosen = max(candidates, key=lambda kind: mrr[kind])
         self._choices[rank] = {"chosen": chosen, "pair_mrr": mrr, "pairs": len(take),
                                "distractor_rows": len(keys) - len(take)}
