@@ -36,6 +36,9 @@ _VARIANTS: dict[str, tuple[str, dict[str, object], str]] = {
         "the mrl adapter as a composition's projection, before sign bits"),
     "svd_then_rabitq_unrotated": (
         "svd+rabitq", {"rotation": "none"}, "a composition without the rotation (the others fit with the random one)"),
+    "svd_then_binary_hadamard": (
+        "svd+binary", {"rotation": "hadamard"},
+        "sign bits behind the randomized Hadamard transform (stored as signs; auto's choice above rank 1024)"),
 }
 for _suffix, (_method, _params, _why) in _VARIANTS.items():
     _add_contract(_suffix, _method, params=_params, allow_brute_force=False, __doc__=_why)
