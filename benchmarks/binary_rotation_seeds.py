@@ -31,7 +31,6 @@ warm-up, with the load average.
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import time
@@ -40,9 +39,11 @@ from typing import Any
 
 import faiss
 import numpy as np
+import scipy.linalg
 import torch
 
 import adaptemb
+from adaptemb.compose.rotation import walsh_hadamard
 from adaptemb.datasets import Dataset
 from adaptemb.evaluate.machine import machine_info
 from adaptemb.evaluate.metrics import ndcg_at_k
@@ -65,16 +66,7 @@ def top10(queries: np.ndarray, decoded: np.ndarray) -> np.ndarray:
 def hadamard_rotation(rank: int, seed: int) -> np.ndarray:
     """The randomized Hadamard rotation ``diag(signs) H / sqrt(r)`` as a matrix (rows rotate by ``y @ M``)."""
     signs = np.where(np.random.default_rng((seed, rank, 1)).random(rank) < 0.5, -1.0, 1.0)
-    return signs[:, None] * sylvester(rank) / np.sqrt(rank)
-
-
-def sylvester(size: int) -> np.ndarray:
-    """The unnormalised (size, size) Walsh-Hadamard matrix of +-1 (Sylvester's construction; a power of two)."""
-    assert size & (size - 1) == 0, "Hadamard needs a power-of-two size"
-    h = np.ones((1, 1))
-    while h.shape[0] < size:
-        h = np.block([[h, h], [h, -h]])
-    return h
+    return signs[:, None] * scipy.linalg.hadamard(rank) / np.sqrt(rank)
 
 
 def hand_rows(
@@ -170,19 +162,6 @@ def median_seconds(step: Any, repeats: int = 5) -> float:
     return float(np.median(times))
 
 
-def kronecker_hadamard(x: torch.Tensor) -> torch.Tensor:
-    """The same transform as ``fwht`` as two small matrix products: ``H_(ab) = H_a (x) H_b``, rows viewed (a, b)."""
-    n, width = x.shape
-    b = 1 << (width.bit_length() - 1) // 2
-    a = width // b
-    return (hadamard_matrix(a) @ (x.view(n, a, b) @ hadamard_matrix(b))).reshape(n, width)
-
-
-@functools.cache
-def hadamard_matrix(size: int) -> torch.Tensor:
-    return torch.from_numpy(sylvester(size)).float()
-
-
 def encode_speed(rows: int, dim: int = 768) -> list[dict[str, Any]]:
     """Rotation time per 1,000 rows: dense ``(y - c) @ R`` against sign flips + Walsh-Hadamard (padded to a power
     of two; butterfly passes, or two small matrix products), beside the projection from ``dim`` dims it follows."""
@@ -211,7 +190,7 @@ def rotation_times(x: torch.Tensor, rank: int) -> dict[str, float]:
         "projection_from_dim": lambda: x @ components,
         "dense": lambda: (y - center) @ matrix,
         "hadamard_butterfly": lambda: fwht(flipped()) * padded**-0.5,
-        "hadamard_kronecker": lambda: kronecker_hadamard(flipped()) * padded**-0.5,
+        "hadamard_kronecker": lambda: walsh_hadamard(flipped()),  # the library's: H_a (x) H_b, normalised
     }
     return {
         "padded": padded,
