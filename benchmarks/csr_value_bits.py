@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 
 import adaptemb
+from adaptemb import ranking
 from adaptemb.evaluate.machine import machine_info
+from adaptemb.evaluate.metrics import neighbour_recall_at_k
 
 sys.path.insert(0, str(Path(__file__).parent))
 from arguments import data_set_parser
@@ -36,18 +38,21 @@ PROBE_ROWS = 1000
 PROXIES = ("recall@10", "nearest_in_top10", "nearest_rr")
 
 
+def without_self(ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The first 10 of each probe row's 11 ranked ids that are not the row itself."""
+    return np.array([[i for i in ranked if i != own][:10] for ranked, own in zip(ids, rows, strict=True)])
+
+
 def probe_truth(corpus: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Each probe row's exact cosine top-10 among the other corpus rows."""
     unit = corpus / np.linalg.norm(corpus, axis=1, keepdims=True)
-    sims = unit[rows] @ unit.T
-    sims[np.arange(len(rows)), rows] = -np.inf
-    return np.argsort(-sims, axis=1)[:, :10]
+    return without_self(ranking.exact_top_k(unit[rows], unit, 11), rows)
 
 
 def proxies(ids: np.ndarray, rows: np.ndarray, truth: np.ndarray) -> dict[str, float]:
     """The doc-as-query proxies of one code's top-11 ids for the probe rows (self left out)."""
-    found = np.array([[i for i in row if i != own][:10] for row, own in zip(ids, rows, strict=True)])
-    recall = np.mean([np.isin(want, got).mean() for want, got in zip(truth, found, strict=True)])
+    found = without_self(ids, rows)
+    recall = neighbour_recall_at_k(found, truth, 10).mean()
     nearest = [list(got).index(want[0]) if want[0] in got else None for want, got in zip(truth, found, strict=True)]
     return {"recall@10": float(recall), "nearest_in_top10": float(np.mean([p is not None for p in nearest])),
             "nearest_rr": float(np.mean([0.0 if p is None else 1.0 / (1 + p) for p in nearest]))}
