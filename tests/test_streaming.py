@@ -219,7 +219,7 @@ def test_ctrl_c_on_encode_prints_the_command_that_resumes(tmp_path: Path) -> Non
     out = tmp_path / "codes"
     command = [sys.executable, "-m", "adaptemb", "encode", "-i", str(source), "-c", str(model), "--out", str(out),
                "--shard-rows", "2000", "--batch-rows", "500"]
-    running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    running = _popen_with_sigint(command)
     deadline = time.monotonic() + 120
     while not (out / "part-00001.parquet").exists() and time.monotonic() < deadline and running.poll() is None:
         time.sleep(0.05)
@@ -233,3 +233,14 @@ def test_ctrl_c_on_encode_prints_the_command_that_resumes(tmp_path: Path) -> Non
     assert "already done" in resumed.stdout and ", 0 already done" not in resumed.stdout
     np.testing.assert_array_equal(adaptemb.streaming.read_code_shards(out).to_dense(),
                                   adaptemb.load(model).encode(rows).to_dense())
+
+
+def _popen_with_sigint(command: list[str]) -> subprocess.Popen[str]:
+    """Start ``command`` with SIGINT delivered as in a terminal, also where this process ignores it (pytest started
+    in the background of a non-interactive shell): a handled signal becomes the default at exec, an ignored one
+    stays ignored, and Python then never raises KeyboardInterrupt."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
