@@ -38,7 +38,10 @@ AGREEMENT_FLOORS = {
     ("svd+binary", "qdrant"): 0.97, ("svd+binary", "milvus"): 0.97,
     ("svd+int8", "qdrant"): 0.97, ("svd+int8", "milvus"): 0.97,
     ("csr", "qdrant"): 0.97, ("csr", "milvus"): 0.97,
+    ("svd+binary 2-bit", "qdrant"): 0.97, ("svd+binary 2-bit", "milvus"): 0.97,
 }
+VARIANTS = {"svd+binary 2-bit": ("svd+binary", {"bits_per_dim": 2})}
+"""Test names of a method fitted with other settings: its stages keep 2 bits per dimension as two sign planes."""
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +69,10 @@ _FITTED: dict[str, adaptemb.Compressor] = {}
 def fitted(method: str, docs: np.ndarray) -> adaptemb.Compressor:
     """One fit per method for the module (csr and bsa with their small test settings)."""
     if method not in _FITTED:
-        params = adaptemb.get_registry().get(method).test_params if method in ("csr", "bsa") else {}
-        _FITTED[method] = adaptemb.fit(docs, method, **params)
+        name, params = VARIANTS.get(method, (method, {}))
+        if name in ("csr", "bsa"):
+            params = adaptemb.get_registry().get(name).test_params
+        _FITTED[method] = adaptemb.fit(docs, name, **params)
     return _FITTED[method]
 
 
@@ -83,7 +88,8 @@ def agreement(ids: np.ndarray, expected: np.ndarray) -> float:
 @pytest.mark.parametrize(("method", "params"), [("svd+binary", {}), ("svd+binary", {"rotation": "hadamard"}),
                                                 ("svd+int8", {"rotation": "random"}),
                                                 ("mrl+binary", {"projection": {"values": "float16"}}),
-                                                ("svd+binary", {"projection": {"values": "int8"}})])
+                                                ("svd+binary", {"projection": {"values": "int8"}}),
+                                                ("svd+binary", {"bits_per_dim": 2})])
 def test_composition_head_exports_and_reproduces_encode(method: str, params: dict[str, Any], real: Any,
                                                         tmp_path: Path) -> None:
     from adaptemb.onnx.sessions import run_onnx
@@ -184,7 +190,7 @@ def test_a_backbone_and_a_composition_export_as_one_graph(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 @pytest.mark.parametrize("store", [pytest.param("qdrant", marks=needs_qdrant), pytest.param("milvus", marks=needs_milvus)])
-@pytest.mark.parametrize("method", ["svd+binary", "svd+int8", "csr"])
+@pytest.mark.parametrize("method", ["svd+binary", "svd+int8", "csr", "svd+binary 2-bit"])
 def test_store_search_through_the_compressor_agrees_with_the_index(method: str, store: str, real: Any,
                                                                    folder: Path) -> None:
     """Documents exported into Qdrant (a local folder) or Milvus Lite (a .db file), searched with raw float
@@ -353,7 +359,7 @@ def test_ray_streams_composed_and_packed_codes_like_encode(real: Any, tmp_path: 
     pytest.importorskip("ray")
     docs, _ = real
     np.save(tmp_path / "docs.npy", docs)
-    for method in ("svd+binary", "svd+rabitq", "csr"):
+    for method in ("svd+binary", "svd+rabitq", "csr", "svd+binary 2-bit"):
         comp = fitted(method, docs)
         out = tmp_path / method
         result = adaptemb.encode_files(tmp_path / "docs.npy", comp, out, shard_rows=600, engine="ray")

@@ -39,6 +39,9 @@ _VARIANTS: dict[str, tuple[str, dict[str, object], str]] = {
     "svd_then_binary_hadamard": (
         "svd+binary", {"rotation": "hadamard"},
         "sign bits behind the randomized Hadamard transform (stored as signs; auto's choice above rank 1024)"),
+    "svd_then_binary_two_bit": (
+        "svd+binary", {"bits_per_dim": 2},
+        "2 bits per rotated dimension as two sign planes: a code of width w holds rank w / 2, with lifted queries"),
 }
 for _suffix, (_method, _params, _why) in _VARIANTS.items():
     _add_contract(_suffix, _method, params=_params, allow_brute_force=False, __doc__=_why)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from adaptemb.compose.compressor import ComposedCompressor, composed_class, default_byte_ladder
 from adaptemb.compose.config import ComposedConfig
+from adaptemb.compose.levels import SignMagnitude, fit_levels
 from adaptemb.compose.rotation import (
     DenseRotation,
     HadamardRotation,
@@ -27,8 +28,10 @@ __all__ = [
     "DenseRotation",
     "HadamardRotation",
     "Rotation",
+    "SignMagnitude",
     "composed_class",
     "default_byte_ladder",
+    "fit_levels",
     "fit_rotation",
     "hadamard_rotation",
     "itq_rotation",

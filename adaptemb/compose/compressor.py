@@ -8,6 +8,11 @@ projected to that rank, so ``encode(x, bytes=B)`` picks the largest prepared ran
 the ranks that fill 1, 2, 3, 4, 6, 8, 12, 16, 24, ... bytes, measured on the quantiser's own codes, and the full
 rank). A quantiser whose code size it fixes itself per fit (pq, opq: ``Budgets.per_fit``) is fitted at one rank.
 
+Before a sign-bit quantiser (binary) a prepared width w may instead hold 2 bits per dimension on rank w / 2
+(``adaptemb.compose.levels``: two sign planes, so the code is again w bits wide): ``bits_per_dim="auto"`` keeps
+them at a width only where they rank a held-out slice of the fit rows better. So a stage is keyed by its code
+width ``k``: the projection rank at 1 bit, twice the rank at 2 bits.
+
 Queries: a quantiser that scores float queries itself (``symmetric = False``: rabitq, sq, pq) gets the projected,
 rotated float query; documents of a symmetric quantiser are searched by the float query where an index backend
 serves float queries against its codes (binary: ``<q, ±1>``, ``adaptemb.index.float_binary``), else queries are
@@ -31,6 +36,13 @@ from adaptemb.budgets import Budgets, largest_budget_within
 from adaptemb.codes import Codes, DenseCodes, decoded_inner_products
 from adaptemb.compose.config import ComposedConfig, composed_config, make_composed_config
 from adaptemb.compose.export import ComposedHead, ProjectedValues, refusal
+from adaptemb.compose.levels import (
+    SignMagnitude,
+    exact_neighbours,
+    fit_levels,
+    held_out_split,
+    neighbour_recall,
+)
 from adaptemb.compose.rotation import ITQ_MAX_RANK, Rotation, fit_rotation
 from adaptemb.errors import InvalidConfigError, UnsupportedExportError
 from adaptemb.linalg import has_direction
@@ -39,6 +51,8 @@ from adaptemb.ranking import reciprocal_ranks
 from adaptemb.registry import COMPOSE_SEPARATOR, get_index_registry
 from adaptemb.serialization import split_prefix
 
+Transform = Rotation | SignMagnitude | None
+"""What a stage applies to the projected rows before its quantiser: a rotation, a rotation and the 2-bit lift, or nothing."""
 SIZE_SAMPLE_ROWS = 1024
 """Fit rows a quantiser is fitted on to measure its code size at a candidate rank (more where the rank is larger)."""
 CHOICE_ROTATIONS = ("random", "itq", "none")
@@ -64,8 +78,9 @@ class ComposedCompressor(Compressor):
     Projection: ClassVar[type[Compressor]]
     Quantizer: ClassVar[type[Compressor]]
     Config: ClassVar[type[ComposedConfig]] = ComposedConfig
-    budget_help = ("projection rank r (the quantiser codes r values); the fit prepares the ranks that fill "
-                   "1, 2, 3, 4, 6, 8, 12, ... bytes and the full rank; encode(x, bytes=B) picks one")
+    budget_help = ("projection rank r (the quantiser codes r values; code width 2r where a stage keeps 2 bits per "
+                   "dimension); the fit prepares the ranks that fill 1, 2, 3, 4, 6, 8, 12, ... bytes and the full "
+                   "rank; encode(x, bytes=B) picks one")
     config: ComposedConfig
 
     def __init__(self, config: ComposedConfig | None = None, **params: Any) -> None:
@@ -82,6 +97,11 @@ class ComposedCompressor(Compressor):
                     "that ranks other queries best about as often as chance); use rotation='auto', 'random', 'itq' "
                     "or 'none'", parameter="rotation", value="pairs")
             self.fit_inputs = type(self).fit_inputs | {"pairs"}  # type: ignore[misc]  # only to choose the rotation
+        if self.config.bits_per_dim == 2 and (not self.Quantizer.sign_bits or self.config.rotation == "pairs"):
+            why = (f"its quantizer {self.Quantizer.name} does not keep sign bits" if not self.Quantizer.sign_bits
+                   else "rotation='pairs' chooses 1-bit stages only")
+            raise InvalidConfigError(f"{self.name}: bits_per_dim=2 codes two sign planes per dimension, but {why}; "
+                                     "use bits_per_dim=1 or 'auto'", parameter="bits_per_dim", value=2)
 
     @classmethod
     def make_config(cls, **params: Any) -> ComposedConfig:
@@ -138,17 +158,21 @@ class ComposedCompressor(Compressor):
         self._projection, self._stages, self._sizes, self._choices = projection, {}, {}, {}
         for rank in self._plan_ranks(x):
             self._stages[rank] = self._fit_stage(x, rank, supervision)
+        bits_choice = {width: self._choose_bits(x, width) for width in self._two_bit_widths(projection)}
         if self.config.k is not None and self.config.k not in self._stages:
             raise InvalidConfigError(f"{self.name}: k={self.config.k} is not a rank of the projection "
                                      f"({projection.budgets().describe()})", parameter="k", value=self.config.k)
-        kinds = {rank: self.rotation_kind(rank) for rank in sorted(self._stages)}
+        kinds = {width: self.rotation_kind(self._rank(width)) for width in sorted(self._stages)}
         self.fit_report = {"ranks": sorted(self._stages), "rotation": _one_or_mixed(kinds.values()), "rotations": kinds,
+                           "bits_per_dim": {width: 2 if self._rank(width) < width else 1 for width in sorted(self._stages)},
                            "bytes_per_vector": {r: self._code_bytes(r) for r in sorted(self._stages)},
                            "projection": projection.fit_report}
+        if bits_choice and self.config.bits_per_dim == "auto":
+            self.fit_report["bits_choice"] = bits_choice
         if self._choices:
             self.fit_report["rotation_choice"] = dict(sorted(self._choices.items()))
 
-    def _fit_stage(self, x: torch.Tensor, rank: int, supervision: dict[str, Any]) -> tuple[Rotation | None, Compressor]:
+    def _fit_stage(self, x: torch.Tensor, rank: int, supervision: dict[str, Any]) -> tuple[Transform, Compressor]:
         """The rotation and the quantiser fitted on the rows projected to ``rank``; supervision the quantiser
         learns from goes to it (pairs projected and rotated like the rows)."""
         y = self._projected(x, rank)
@@ -161,8 +185,50 @@ class ComposedCompressor(Compressor):
         quantizer = self.Quantizer(config=self.config.quantizer)  # type: ignore[attr-defined]
         return rotation, quantizer.fit(_documents(rotation, y), **mine)
 
+    def _fit_two_bit_stage(self, x: torch.Tensor, rank: int) -> tuple[SignMagnitude, Compressor]:
+        """Rotation, 2-bit levels and the sign-bit quantiser of the two planes (width 2 * ``rank``), on ``x``."""
+        y = self._projected(x, rank)
+        rotation = fit_rotation(y, self.rotation_kind(rank), self.config.seed, self.config.itq_iterations)
+        levels = fit_levels(_documents(rotation, y), rotation)
+        return levels, self.Quantizer(config=self.config.quantizer).fit(levels.documents(y))  # type: ignore[attr-defined]
+
+    def _two_bit_widths(self, projection: Compressor) -> list[int]:
+        """The prepared widths that may hold 2 bits on half the rank: every even one whose half is a rank of the
+        projection, before a sign-bit quantiser that learns from nothing but the rows, unless bits_per_dim=1 or
+        rotation='pairs'."""
+        if (self.config.bits_per_dim == 1 or not self.Quantizer.sign_bits or self.config.rotation == "pairs"
+                or self.Quantizer.fit_inputs):
+            return []
+        ranks = set(projection.budgets().options())
+        return [width for width in sorted(self._stages) if width % 2 == 0 and width // 2 in ranks]
+
+    def _choose_bits(self, x: torch.Tensor, width: int) -> dict[str, Any]:
+        """At ``width``: 2 bits on half the rank (fitted on all rows) where they rank better than 1 bit, or always
+        for bits_per_dim=2. Measured (auto) as the recall of the held-out rows' exact float top-10 among the other
+        fit rows, each candidate fitted on those other rows only."""
+        if self.config.bits_per_dim == 2:
+            self._stages[width] = self._fit_two_bit_stage(x, width // 2)
+            return {}
+        held_out, others = (torch.from_numpy(ids) for ids in held_out_split(len(x), self.config.seed))
+        queries, documents = x[held_out], x[others]
+        exact = exact_neighbours(queries, documents)
+        recall = {}
+        for bits, rank, stage in ((1, width, self._fit_stage(documents, width, {})),
+                                  (2, width // 2, self._fit_two_bit_stage(documents, width // 2))):
+            doc_codes = stage[1].encode(_documents(stage[0], self._projected(documents, rank)))
+            scores = self._scores(stage[1], self._stage_queries(stage, self._projected(queries, rank)), doc_codes)
+            recall[bits] = neighbour_recall(scores, exact)
+        if recall[2] > recall[1]:
+            self._stages[width] = self._fit_two_bit_stage(x, width // 2)
+        return {"bits": 2 if recall[2] > recall[1] else 1, "recall_at_10": recall,
+                "held_out_rows": len(held_out), "documents": len(others)}
+
+    def _rank(self, width: int) -> int:
+        """The projection rank of the stage of code width ``width`` (half of it for a 2-bit stage)."""
+        return width // 2 if isinstance(self._stages[width][0], SignMagnitude) else width
+
     def _chosen_stage(self, y: torch.Tensor, rank: int,
-                      pairs: tuple[torch.Tensor, torch.Tensor]) -> tuple[Rotation | None, Compressor]:
+                      pairs: tuple[torch.Tensor, torch.Tensor]) -> tuple[Transform, Compressor]:
         """rotation='pairs': the stage of each candidate (``CHOICE_ROTATIONS``, or ``LARGE_RANK_CHOICES`` above rank
         ``ITQ_MAX_RANK``); the one whose pairs' MRR is highest (each float pair query ranks its document's code
         among the fit rows' codes), recorded in ``_choices``."""
@@ -178,7 +244,7 @@ class ComposedCompressor(Compressor):
             rotation = fit_rotation(y, kind, self.config.seed, self.config.itq_iterations)
             quantizer = self.Quantizer(config=self.config.quantizer).fit(_documents(rotation, y))  # type: ignore[attr-defined]
             stages[kind] = (rotation, quantizer)
-            scores = self._scores(quantizer, self._query_codes(stages[kind], queries),
+            scores = self._scores(quantizer, self._stage_queries(stages[kind], queries),
                                   quantizer.encode(_documents(rotation, keys)))
             mrr[kind] = float(reciprocal_ranks(torch.from_numpy(scores), torch.eye(*scores.shape, dtype=torch.bool)).mean())
         chosen = max(candidates, key=lambda kind: mrr[kind])
@@ -223,14 +289,22 @@ class ComposedCompressor(Compressor):
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
         rotation, quantizer = self._stages[k]
-        return quantizer.encode(_documents(rotation, self._projected(x, k)))
+        return quantizer.encode(_documents(rotation, self._projected(x, self._rank(k))))
 
     def _encode_queries(self, x: torch.Tensor, k: int | None) -> Codes:
         assert k is not None
-        return self._query_codes(self._stages[k], self._projected(x, k))
+        return self._query_codes(self._stages[k], self._projected(x, self._rank(k)))
+
+    def _stage_queries(self, stage: tuple[Transform, Compressor], y: torch.Tensor) -> Codes:
+        """Projected queries as ``encode_queries`` gives them through ``stage``: float (``_query_codes``), or coded
+        like documents where queries are quantised (``float_queries=False`` before a symmetric quantiser)."""
+        transform, quantizer = stage
+        if self.float_queries or not quantizer.symmetric:
+            return self._query_codes(stage, y)
+        return quantizer.encode(_documents(transform, y))
 
     @staticmethod
-    def _query_codes(stage: tuple[Rotation | None, Compressor], y: torch.Tensor) -> Codes:
+    def _query_codes(stage: tuple[Transform, Compressor], y: torch.Tensor) -> Codes:
         """Projected float queries through a stage: rotated, then the quantiser's query codes or kept float."""
         rotation, quantizer = stage
         floats = y if rotation is None else rotation.queries(y)
@@ -259,7 +333,7 @@ class ComposedCompressor(Compressor):
         """The rank the documents were encoded at: their codes' dimension."""
         return doc_codes.dim if doc_codes.dim in self._stages else None
 
-    def _stage_of(self, doc_codes: Codes) -> tuple[Rotation | None, Compressor]:
+    def _stage_of(self, doc_codes: Codes) -> tuple[Transform, Compressor]:
         self._require_fitted()
         if doc_codes.dim not in self._stages:
             raise ValueError(f"{self.name} codes have one of the ranks {sorted(self._stages)} as their dimension; "
@@ -302,8 +376,8 @@ class ComposedCompressor(Compressor):
         if reason:
             raise UnsupportedExportError(reason)
         rotation, quantizer = self._stage_of_rank(k)
-        projection = self._projection.encoder(k)
-        values = ProjectedValues(self._projection.encode(torch.ones(1, self._projection.dim), k=k), self.name)
+        projection = self._projection.encoder(self._rank(k))
+        values = ProjectedValues(self._projection.encode(torch.ones(1, self._projection.dim), k=self._rank(k)), self.name)
         return ComposedHead(projection, values, rotation, quantizer.encoder(quantizer.budgets().default)).eval()
 
     def encoder_arrays(self, codes: Codes, k: int) -> dict[str, np.ndarray]:
@@ -311,7 +385,7 @@ class ComposedCompressor(Compressor):
         _, quantizer = self._stage_of_rank(k)
         return quantizer.encoder_arrays(codes, quantizer.budgets().default)
 
-    def _stage_of_rank(self, k: int) -> tuple[Rotation | None, Compressor]:
+    def _stage_of_rank(self, k: int) -> tuple[Transform, Compressor]:
         self._require_fitted()
         if k not in self._stages:
             raise ValueError(f"{self.name} prepared the ranks {sorted(self._stages)}; got k={k}")
@@ -321,6 +395,9 @@ class ComposedCompressor(Compressor):
 
     def _state(self) -> dict[str, torch.Tensor]:
         state = {"ranks": torch.tensor(sorted(self._stages), dtype=torch.int64)}
+        two_bit = [width for width in sorted(self._stages) if self._rank(width) < width]
+        if two_bit:  # absent from files before 2-bit stages, and from those with none
+            state["two_bit_widths"] = torch.tensor(two_bit, dtype=torch.int64)
         state.update({f"projection.{key}": t for key, t in self._projection.state_tensors().items()})
         for rank, (rotation, quantizer) in self._stages.items():
             state.update({f"rank{rank}.quantizer.{key}": t for key, t in quantizer.state_tensors().items()})
@@ -334,16 +411,20 @@ class ComposedCompressor(Compressor):
         self._projection = self.Projection(config=self.config.projection)  # type: ignore[attr-defined]
         assert self.dim is not None  # restore() sets it first: the projection is restored at the input dimension
         self._projection.restore(self.dim, split_prefix(tensors, "projection."))
+        two_bit = [int(w) for w in tensors["two_bit_widths"].tolist()] if "two_bit_widths" in tensors else []
+        if not set(two_bit) <= {w for w in ranks if w % 2 == 0}:
+            raise ValueError(f"two_bit_widths must be even widths among the ranks {ranks}; got {two_bit}")
         self._stages, self._sizes = {}, {}
-        for rank in ranks:
-            own = split_prefix(tensors, f"rank{rank}.")
+        for width in ranks:
+            own, rank = split_prefix(tensors, f"rank{width}."), width // 2 if width in two_bit else width
             kind, stored = self.rotation_kind(rank), "center" in own
             chose_none = kind == "pairs" and not stored  # rotation='pairs' chose none at this rank
             # the stored tensors say which rotation (files of rotation='auto' from before Hadamard hold ITQ matrices)
             rotation = None if kind == "none" or chose_none else Rotation.from_tensors(own, rank)
             quantizer = self.Quantizer(config=self.config.quantizer)  # type: ignore[attr-defined]
-            quantizer.restore(rank, split_prefix(own, "quantizer."))
-            self._stages[rank] = (rotation, quantizer)
+            quantizer.restore(width, split_prefix(own, "quantizer."))
+            transform = SignMagnitude.from_tensors(own, rank, rotation) if width in two_bit else rotation
+            self._stages[width] = (transform, quantizer)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its part classes, config and fitted tensors (the composed class is made, not imported: Ray
@@ -366,7 +447,7 @@ def _one_or_mixed(kinds: Any) -> str:
     return distinct.pop() if len(distinct) == 1 else "mixed"
 
 
-def _documents(rotation: Rotation | None, y: torch.Tensor) -> torch.Tensor:
+def _documents(rotation: Transform, y: torch.Tensor) -> torch.Tensor:
     return y if rotation is None else rotation.documents(y)
 
 

@@ -2,7 +2,8 @@
 
 The graph is the projection's own head (its ``encoder(r)``), its output as the float values ``encode(x, k=r)
 .to_dense()`` gives (float16 values widened, int8 codes dequantised with their stored calibration), the
-rotation of rank ``r`` (centre and orthogonal matrix, stored in the graph) and the quantiser's own head,
+rotation of rank ``r`` (centre and orthogonal matrix, stored in the graph), for a 2-bit stage its two planes'
+values (``adaptemb.compose.levels.lift``), and the quantiser's own head,
 whose outputs are the graph's. A composition exports when both parts do; otherwise ``refusal`` says which part
 does not.
 """
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 
 from adaptemb.codes import Codes, DenseCodes, QuantizedCodes
+from adaptemb.compose.levels import SignMagnitude, lift
 from adaptemb.compose.rotation import Rotation
 from adaptemb.errors import UnsupportedExportError
 
@@ -29,22 +31,29 @@ def refusal(name: str, projection: Any, quantizer: Any) -> str | None:
 
 
 class ComposedHead(torch.nn.Module):
-    """Projection head, its float values, the rotation (``(y - center) @ matrix``), then the quantiser head."""
+    """Projection head, its float values, the rotation (``(y - center) @ matrix``), the 2-bit planes' values
+    where the stage keeps 2 bits per dimension, then the quantiser head."""
 
-    def __init__(self, projection: torch.nn.Module, values: ProjectedValues, rotation: Rotation | None,
-                 quantizer: torch.nn.Module) -> None:
+    def __init__(self, projection: torch.nn.Module, values: ProjectedValues,
+                 transform: Rotation | SignMagnitude | None, quantizer: torch.nn.Module) -> None:
         super().__init__()
         self.projection, self.values, self.quantizer = projection, values, quantizer
         self.output_names = tuple(quantizer.output_names)
+        self.two_bit = isinstance(transform, SignMagnitude)
+        rotation = transform.rotation if isinstance(transform, SignMagnitude) else transform
         self.rotated = rotation is not None
         if rotation is not None:
             self.register_buffer("center", rotation.center.clone())
             self.register_buffer("matrix", rotation.matrix.clone())
+        if isinstance(transform, SignMagnitude):
+            self.register_buffer("threshold", transform.threshold.clone())
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         y = self.values(dict(zip(self.projection.output_names, self.projection(x))))
         if self.rotated:
             y = (y - self.center) @ self.matrix
+        if self.two_bit:
+            y = lift(y, self.threshold)
         return tuple(self.quantizer(y))
 
 

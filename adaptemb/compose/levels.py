@@ -1,0 +1,113 @@
+"""Two bits per rotated dimension before a sign-bit quantiser, stored as two sign planes.
+
+A 2-bit code of rank r keeps, for each rotated coordinate z_j, its sign and whether |z_j| exceeds a threshold
+t_j: four levels ``±inner_j``, ``±outer_j`` (Lloyd-Max levels of the fit rows' |z_j|, from the Gaussian's
+0.4528 / 1.5104 sigma at t = 0.9816 sigma). Written as ±1 planes, the level is ``s1 * (mid + half * s2)`` with
+``s1 = sign(z)``, ``s2 = sign(|z| - t)``, ``mid = (inner + outer) / 2`` and ``half = (outer - inner) / 2``, so
+
+    <q, level> = <mid * q, s1> + <half * q, s1 * s2>
+
+The documents are the 2r values ``[z, sign(z) * (|z| - t)]``, whose signs are exactly ``[s1, s1 * s2]``: a
+sign-bit quantiser (binary) codes them as 2r bits, and a float query lifted to ``[mid * q, half * q]`` scores
+them with the same inner product as 1-bit codes, through the same index. So a 2-bit stage of rank r is a code
+of width 2r, the width of the 1-bit stage of rank 2r: one byte budget, one stage (the composition keeps the
+better of the two, see ``adaptemb.compose.compressor``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from adaptemb.compose.rotation import Rotation
+from adaptemb.ranking import exact_top_k, top_k
+
+GAUSSIAN_LEVELS = (0.4528, 0.9816, 1.5104)
+"""Lloyd-Max quantiser of a unit Gaussian with four levels: inner level, threshold, outer level (in sigmas)."""
+LLOYD_ROUNDS = 25
+"""Lloyd iterations from the Gaussian levels on the fit rows' |z_j| (each dimension on its own)."""
+CHOICE_QUERIES, CHOICE_DOCUMENTS, CHOICE_TOP = 1_000, 10_000, 10
+"""The held-out rows (queries), the other fit rows they are ranked among, and the k of the recall that choose
+between 1 and 2 bits per dimension at a code width."""
+
+
+@dataclass(frozen=True)
+class SignMagnitude:
+    """A rotation (or none) followed by the 2-bit lift: ``documents`` gives the 2r values whose signs are the
+    code's two planes, ``queries`` the 2r float values that score them."""
+
+    rotation: Rotation | None
+    threshold: torch.Tensor
+    inner: torch.Tensor
+    outer: torch.Tensor
+
+    def rotated_documents(self, y: torch.Tensor) -> torch.Tensor:
+        return y if self.rotation is None else self.rotation.documents(y)
+
+    def documents(self, y: torch.Tensor) -> torch.Tensor:
+        z = self.rotated_documents(y)
+        return lift(z, self.threshold)
+
+    def queries(self, y: torch.Tensor) -> torch.Tensor:
+        q = y if self.rotation is None else self.rotation.queries(y)
+        return torch.cat([q * (self.inner + self.outer) / 2, q * (self.outer - self.inner) / 2], dim=1)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        own = {"levels.threshold": self.threshold, "levels.inner": self.inner, "levels.outer": self.outer}
+        return (self.rotation.tensors() if self.rotation else {}) | own
+
+    @staticmethod
+    def from_tensors(tensors: dict[str, torch.Tensor], rank: int, rotation: Rotation | None) -> SignMagnitude:
+        """The levels saved by ``tensors()``; ``ValueError`` for a missing, wrong-shaped or unordered one."""
+        levels = {}
+        for name in ("threshold", "inner", "outer"):
+            tensor = tensors.get(f"levels.{name}")
+            if tensor is None or tuple(tensor.shape) != (rank,):
+                got = "missing" if tensor is None else tuple(tensor.shape)
+                raise ValueError(f"a rank-{rank} 2-bit stage needs levels.{name} ({rank},); got {got}")
+            levels[name] = tensor.float().contiguous()
+        if not bool(((levels["inner"] >= 0) & (levels["inner"] <= levels["outer"])).all()):
+            raise ValueError(f"the rank-{rank} 2-bit stage's levels must satisfy 0 <= inner <= outer")
+        return SignMagnitude(rotation, **levels)
+
+
+def lift(z: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+    """Rotated rows (n, r) as the 2r values whose signs are the 2-bit code's planes ``[sign(z), sign(z) *
+    sign(|z| - threshold)]`` (what the ONNX head computes too)."""
+    return torch.cat([z, torch.sign(z) * (z.abs() - threshold)], dim=1)
+
+
+def fit_levels(z: torch.Tensor, rotation: Rotation | None) -> SignMagnitude:
+    """Per-dimension Lloyd-Max levels of rotated fit rows ``z`` (n, r): ``LLOYD_ROUNDS`` alternations of the
+    threshold (midway between the levels) and each level (the mean |z_j| on its side), from the Gaussian's."""
+    magnitude = z.abs().double()
+    sigma = z.double().pow(2).mean(dim=0).sqrt().clamp_min(1e-12)
+    inner, threshold, outer = (sigma * level for level in GAUSSIAN_LEVELS)
+    for _ in range(LLOYD_ROUNDS):
+        above = magnitude > threshold
+        count = above.sum(dim=0)
+        inner = torch.where(count < len(z), (magnitude * ~above).sum(dim=0) / (len(z) - count).clamp_min(1), inner)
+        outer = torch.where(count > 0, (magnitude * above).sum(dim=0) / count.clamp_min(1), outer)
+        threshold = (inner + outer) / 2
+    return SignMagnitude(rotation, threshold.float(), inner.float(), outer.float())
+
+
+def held_out_split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded row ids of the held-out queries (a tenth of the rows, at most ``CHOICE_QUERIES``) and of the
+    documents they are ranked among (the other rows, at most ``CHOICE_DOCUMENTS``)."""
+    order = np.random.default_rng((seed, n)).permutation(n)
+    queries = min(CHOICE_QUERIES, max(1, n // 10))
+    return np.sort(order[:queries]), np.sort(order[queries : queries + CHOICE_DOCUMENTS])
+
+
+def neighbour_recall(scores: np.ndarray, exact: np.ndarray) -> float:
+    """Mean over queries of |the top-``CHOICE_TOP`` of ``scores`` (q, n) ∩ ``exact`` (q, CHOICE_TOP)| / CHOICE_TOP."""
+    _, ids = top_k(scores, exact.shape[1])
+    return float(np.mean([len(np.intersect1d(got, want)) for got, want in zip(ids, exact)]) / exact.shape[1])
+
+
+def exact_neighbours(queries: torch.Tensor, documents: torch.Tensor) -> np.ndarray:
+    """(q, CHOICE_TOP) ids of the documents with the largest inner product with each float query."""
+    return exact_top_k(queries.numpy(), documents.numpy(), CHOICE_TOP)
