@@ -312,6 +312,8 @@ def test_two_bit_stages_code_half_the_rank_in_the_same_width(x: np.ndarray, tmp_
     path = fitted.save(tmp_path / "two_bit.safetensors")
     _, tensors = read_tensors(path)
     assert tensors["two_bit_widths"].tolist() == [16, 32, 48] and tensors["rank32.levels.inner"].shape == (16,)
+    assert fitted.details()["stages (k: the code width)"][1] == {"k": 32, "rank": 16, "bits_per_dim": 2, "bytes": 4.0,
+                                                              "rotation": "dense"}
     loaded = adaptemb.load(path)
     np.testing.assert_array_equal(loaded.encode(x, bytes=4).packed, docs.packed)
     np.testing.assert_array_equal(loaded.index(docs).search(x[:7], 10)[1], ids)

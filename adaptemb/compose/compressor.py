@@ -43,7 +43,7 @@ from adaptemb.compose.levels import (
     held_out_split,
     neighbour_recall,
 )
-from adaptemb.compose.rotation import ITQ_MAX_RANK, Rotation, fit_rotation
+from adaptemb.compose.rotation import ITQ_MAX_RANK, HadamardRotation, Rotation, fit_rotation
 from adaptemb.errors import InvalidConfigError, UnsupportedExportError
 from adaptemb.linalg import has_direction
 from adaptemb.method import Compressor
@@ -352,6 +352,19 @@ class ComposedCompressor(Compressor):
         fits = [rank for rank in self._stages if self._code_bytes(rank) <= nbytes]
         return max(fits) if fits else None
 
+    def details(self) -> dict[str, Any]:
+        """Each prepared width (``k``): its projection rank, bits per dimension (before sign bits), bytes per vector
+        and stored rotation (``adaptemb info`` shows them)."""
+        self._require_fitted()
+        stages = []
+        for width in sorted(self._stages):
+            transform, rank = self._stages[width][0], self._rank(width)
+            rotation = transform.rotation if isinstance(transform, SignMagnitude) else transform
+            bits = {"bits_per_dim": width // rank} if self.Quantizer.sign_bits else {}  # else the quantiser's own
+            stages.append({"k": width, "rank": rank, **bits, "bytes": self._code_bytes(width),
+                           "rotation": _rotation_name(rotation)})
+        return {"stages (k: the code width)": stages}
+
     def _code_bytes(self, rank: int) -> float:
         if rank not in self._sizes:
             _, quantizer = self._stages[rank]
@@ -445,6 +458,13 @@ def _one_or_mixed(kinds: Any) -> str:
     """The one rotation kind every rank has, or ``"mixed"`` (``fit_report["rotations"]`` has each rank's)."""
     distinct = set(kinds)
     return distinct.pop() if len(distinct) == 1 else "mixed"
+
+
+def _rotation_name(rotation: Rotation | None) -> str:
+    """A stage's stored rotation for people: none, hadamard, or dense (random or ITQ: the file keeps the matrix)."""
+    if rotation is None:
+        return "none"
+    return "hadamard" if isinstance(rotation, HadamardRotation) else "dense"
 
 
 def _documents(rotation: Transform, y: torch.Tensor) -> torch.Tensor:
