@@ -26,3 +26,12 @@ def data_set_parser(description: str, *, bytes_default: str) -> argparse.Argumen
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="where the JSON record goes")
     return parser
+
+
+def sweep_parser(description: str, *, bytes_default: str, seeds: int) -> argparse.ArgumentParser:
+    """``data_set_parser`` plus ``--seeds`` (fits per setting) and ``--method`` (svd+binary, or cllr+binary fitted
+    without pairs): the parser of a seed sweep over a composition's settings."""
+    parser = data_set_parser(description, bytes_default=bytes_default)
+    parser.add_argument("--seeds", type=int, default=seeds)
+    parser.add_argument("--method", default="svd+binary", help="svd+binary or cllr+binary (without pairs)")
+    return parser

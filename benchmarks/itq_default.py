@@ -24,12 +24,11 @@ from typing import Any
 import numpy as np
 
 import adaptemb
-from adaptemb.evaluate.machine import machine_info
 
 sys.path.insert(0, str(Path(__file__).parent))
-from arguments import data_set_parser
+from arguments import sweep_parser
 from compose_frontier import dataset, faiss_row, faiss_specs, per_query_ndcg
-from records import data_fields, write_record
+from records import write_sweep_record
 
 ROTATIONS = ("random", "auto")
 
@@ -63,10 +62,7 @@ def summary(rows: list[dict[str, Any]], budgets: list[int]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = data_set_parser(__doc__.split("\n\n")[0], bytes_default="16,32")
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--method", default="svd+binary", help="svd+binary or cllr+binary (without pairs)")
-    args = parser.parse_args()
+    args = sweep_parser(__doc__.split("\n\n")[0], bytes_default="16,32", seeds=5).parse_args()
     data = dataset(args.data, args.docs, 0)
     load_before = list(os.getloadavg())
     faiss_rows = []
@@ -81,13 +77,7 @@ def main() -> None:
         for rotation in ROTATIONS:
             rows.append(rotation_rows(data, args.method, rotation, args.bytes, seed))
             print(rows[-1], flush=True)
-    name = data.name if args.data == "default" else f"{args.data}-{args.docs}"
-    record = {**data_fields("itq_default", data), "dataset": name, "method": args.method, "bytes": args.bytes,
-              "seeds": args.seeds, "faiss": faiss_rows, "rows": rows, "summary": summary(rows, args.bytes),
-              "load_before": load_before, "load_after": list(os.getloadavg()), "machine": machine_info()}
-    suffix = "" if args.method == "svd+binary" else f"_{args.method.replace('+', '_')}"
-    out = args.out or Path(__file__).parent / "results" / f"itq_default_{args.data}{suffix}.json"
-    write_record(out, record)
+    write_sweep_record("itq_default", data, args, rows, summary(rows, args.bytes), load_before, faiss=faiss_rows)
 
 
 if __name__ == "__main__":

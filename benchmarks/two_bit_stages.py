@@ -24,12 +24,11 @@ from typing import Any
 import numpy as np
 
 import adaptemb
-from adaptemb.evaluate.machine import machine_info
 
 sys.path.insert(0, str(Path(__file__).parent))
-from arguments import data_set_parser
+from arguments import sweep_parser
 from compose_frontier import dataset, per_query_ndcg
-from records import data_fields, write_record
+from records import write_sweep_record
 
 SETTINGS = (1, 2, "auto")
 
@@ -67,10 +66,7 @@ def summary(rows: list[dict[str, Any]], budgets: list[int]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = data_set_parser(__doc__.split("\n\n")[0], bytes_default="8,16,32")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--method", default="svd+binary", help="svd+binary or cllr+binary (without pairs)")
-    args = parser.parse_args()
+    args = sweep_parser(__doc__.split("\n\n")[0], bytes_default="8,16,32", seeds=3).parse_args()
     data = dataset(args.data, args.docs, 0)
     load_before = list(os.getloadavg())
     rows = []
@@ -78,13 +74,7 @@ def main() -> None:
         for bits in SETTINGS:
             rows.append(setting_row(data, args.method, bits, args.bytes, seed))
             print(rows[-1], flush=True)
-    name = data.name if args.data == "default" else f"{args.data}-{args.docs}"
-    record = {**data_fields("two_bit_stages", data), "dataset": name, "method": args.method, "bytes": args.bytes,
-              "seeds": args.seeds, "rows": rows, "summary": summary(rows, args.bytes),
-              "load_before": load_before, "load_after": list(os.getloadavg()), "machine": machine_info()}
-    suffix = "" if args.method == "svd+binary" else f"_{args.method.replace('+', '_')}"
-    out = args.out or Path(__file__).parent / "results" / f"two_bit_stages_{args.data}{suffix}.json"
-    write_record(out, record)
+    write_sweep_record("two_bit_stages", data, args, rows, summary(rows, args.bytes), load_before)
 
 
 if __name__ == "__main__":
