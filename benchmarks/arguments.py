@@ -28,10 +28,10 @@ def data_set_parser(description: str, *, bytes_default: str) -> argparse.Argumen
     return parser
 
 
-def sweep_parser(description: str, *, bytes_default: str, seeds: int) -> argparse.ArgumentParser:
+def sweep_parser(description: str, *, bytes_default: str, seeds: int, method: str = "svd+binary") -> argparse.ArgumentParser:
     """``data_set_parser`` plus ``--seeds`` (fits per setting) and ``--method`` (svd+binary, or cllr+binary fitted
     without pairs): the parser of a seed sweep over a composition's settings."""
     parser = data_set_parser(description, bytes_default=bytes_default)
     parser.add_argument("--seeds", type=int, default=seeds)
-    parser.add_argument("--method", default="svd+binary", help="svd+binary or cllr+binary (without pairs)")
+    parser.add_argument("--method", default=method, help="svd+binary or cllr+binary (without pairs)")
     return parser
