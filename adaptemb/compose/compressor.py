@@ -330,7 +330,7 @@ class ComposedCompressor(Compressor):
         return quantizer.index_options(doc_codes) if not quantizer.symmetric else {}
 
     def query_budget(self, doc_codes: Codes) -> int | None:
-        """The rank the documents were encoded at: their codes' dimension."""
+        """The width (``k``) the documents were encoded at: their codes' dimension."""
         return doc_codes.dim if doc_codes.dim in self._stages else None
 
     def _stage_of(self, doc_codes: Codes) -> tuple[Transform, Compressor]:
@@ -347,9 +347,10 @@ class ComposedCompressor(Compressor):
                        values=None if contiguous else tuple(ranks), per_fit=True)
 
     def budget_for_bytes(self, nbytes: float, sample: Any = None) -> int | None:
-        """The largest prepared rank whose codes take at most ``nbytes`` per vector (None: none does)."""
+        """The largest prepared width (the rank at 1 bit per dimension) whose codes take at most ``nbytes`` per
+        vector (None: none does)."""
         self._require_fitted()
-        fits = [rank for rank in self._stages if self._code_bytes(rank) <= nbytes]
+        fits = [width for width in self._stages if self._code_bytes(width) <= nbytes]
         return max(fits) if fits else None
 
     def details(self) -> dict[str, Any]:
@@ -365,11 +366,11 @@ class ComposedCompressor(Compressor):
                            "rotation": _rotation_name(rotation)})
         return {"stages (k: the code width)": stages}
 
-    def _code_bytes(self, rank: int) -> float:
-        if rank not in self._sizes:
-            _, quantizer = self._stages[rank]
-            self._sizes[rank] = float(quantizer.encode(torch.ones(1, rank)).bytes_per_vector)
-        return self._sizes[rank]
+    def _code_bytes(self, width: int) -> float:
+        if width not in self._sizes:
+            _, quantizer = self._stages[width]
+            self._sizes[width] = float(quantizer.encode(torch.ones(1, width)).bytes_per_vector)
+        return self._sizes[width]
 
     # -- ONNX ----------------------------------------------------------------------------------------
 
