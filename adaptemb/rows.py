@@ -234,16 +234,30 @@ def _mixed(parts: list[torch.Tensor], rng: np.random.Generator) -> torch.Tensor:
     return rows[torch.from_numpy(rng.permutation(len(rows)))]
 
 
+RAY_LOCAL_STARTS = 2
+"""Tries at starting Ray on this machine: Ray gives its new local node 30 s to register and raises when it misses
+that, which a busy machine can make it do (seen once in the test suite on 2 shared cores); the second try starts
+afresh after ``ray.shutdown()``."""
+
+
 def start_ray(address: str | None = None) -> Any:
     """The ``ray`` module, connected: to the cluster at ``address``, else to a Ray started on this machine
-    (once per process). A clear error when Ray is not installed."""
+    (once per process; started again once where the local node timed out during startup). A clear error when Ray
+    is not installed."""
     try:
         import ray
     except ModuleNotFoundError:
         raise ModuleNotFoundError("Ray Data needs ray: pip install 'adaptemb[ray]'") from None
     if not ray.is_initialized():
         quiet_ray_data()
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        for attempt in range(1, RAY_LOCAL_STARTS + 1):
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+                break
+            except Exception as err:  # Ray raises a bare Exception when its local node misses its startup wait
+                if address is not None or "timed out during startup" not in str(err) or attempt == RAY_LOCAL_STARTS:
+                    raise
+                ray.shutdown()
     return ray
 
 

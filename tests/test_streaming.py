@@ -211,6 +211,34 @@ def test_ray_engine_takes_a_byte_budget(rows: np.ndarray, inputs: dict[str, Path
 
 
 @pytest.mark.slow
+def test_a_local_ray_that_times_out_at_startup_is_started_once_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's own error when its new local node misses the 30 s registration wait (injected: a busy machine makes
+    it happen, rarely): shut down and start again once; any other error, a second timeout or a cluster address
+    raises at once."""
+    ray = pytest.importorskip("ray")
+    from adaptemb.rows import start_ray
+
+    calls: list[str] = []
+    failures = ["The current node timed out during startup. This could happen because ..."]
+
+    def init(**options: object) -> None:
+        calls.append(f"init {options.get('address')}")
+        if failures:
+            raise Exception(failures.pop(0))  # noqa: TRY002  Ray raises this bare Exception itself
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
+    assert start_ray() is ray and calls == ["init None", "shutdown", "init None"]
+    for address, errors in ((None, ["timed out during startup"] * 2), ("ray://head:10001", ["timed out during startup"]),
+                            (None, ["some other failure"])):
+        calls.clear()
+        failures[:] = errors
+        with pytest.raises(Exception, match=errors[0]):
+            start_ray(address)
+        assert calls == ([f"init {address}"] if len(errors) == 1 else ["init None", "shutdown", "init None"])
+
+
 def test_ctrl_c_on_encode_prints_the_command_that_resumes(tmp_path: Path) -> None:
     """SIGINT mid-run: exit 130, the shards so far kept, and the exact command to resume, which then finishes."""
     rows = np.random.default_rng(0).standard_normal((400_000, 32)).astype(np.float32)
