@@ -37,6 +37,7 @@ from adaptemb.codes import Codes, DenseCodes, decoded_inner_products
 from adaptemb.compose.config import ComposedConfig, composed_config, make_composed_config
 from adaptemb.compose.export import ComposedHead, ProjectedValues, refusal
 from adaptemb.compose.levels import (
+    CHOICE_MIN_QUERIES,
     SignMagnitude,
     exact_neighbours,
     fit_levels,
@@ -210,6 +211,9 @@ class ComposedCompressor(Compressor):
             self._stages[width] = self._fit_two_bit_stage(x, width // 2)
             return {}
         held_out, others = (torch.from_numpy(ids) for ids in held_out_split(len(x), self.config.seed))
+        if len(held_out) < CHOICE_MIN_QUERIES:
+            return {"bits": 1, "recall_at_10": {}, "held_out_rows": len(held_out), "documents": len(others),
+                    "unmeasured": f"fewer than {CHOICE_MIN_QUERIES} held-out rows"}
         queries, documents = x[held_out], x[others]
         exact = exact_neighbours(queries, documents)
         recall = {}

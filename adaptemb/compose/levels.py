@@ -31,6 +31,9 @@ LLOYD_ROUNDS = 25
 CHOICE_QUERIES, CHOICE_DOCUMENTS, CHOICE_TOP = 1_000, 10_000, 10
 """The held-out rows (queries), the other fit rows they are ranked among, and the k of the recall that choose
 between 1 and 2 bits per dimension at a code width."""
+CHOICE_MIN_QUERIES = 50
+"""Fewer held-out rows than this (fits on fewer than 500 rows) measure nothing reliable: ``auto`` keeps 1 bit, the
+width that measured better on real text (docs/results.md)."""
 
 
 @dataclass(frozen=True)
