@@ -6,7 +6,8 @@
 * ``threshold_top_k``: ``top_k`` of wide rows by skipping chunks that cannot reach the k-th score (sparse scores);
 * ``torch_top_k``: top-k on a torch device, of one score matrix or of document blocks merged on the device;
 * ``exact_top_k``: the corpus rows with the largest inner product per query (ground truth of a dense corpus);
-* ``reciprocal_ranks``: each query's reciprocal rank of its best-scored relevant row, from a score block.
+* ``reciprocal_ranks``: each query's reciprocal rank of its best-scored relevant row, from a score block;
+* ``neighbour_recall_at_k``: the overlap of each query's top-k with its exact top-k.
 
 Every numpy helper breaks ties by the lower column (document) id, so results are deterministic; ``torch.topk``
 leaves the order of ties to the device.
@@ -141,3 +142,11 @@ def reciprocal_ranks(scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tens
     best = scores.masked_fill(~relevant, float("-inf")).max(dim=1, keepdim=True).values
     rank = 1 + (scores > best).sum(dim=1)
     return torch.where(relevant.any(dim=1), 1.0 / rank.to(torch.float64), torch.zeros((), dtype=torch.float64))
+
+
+def neighbour_recall_at_k(ranked_ids: np.ndarray, exact_ids: np.ndarray, k: int = 10) -> np.ndarray:
+    """Per-query overlap ``|top-k ∩ exact top-k| / k`` with the full-precision neighbours."""
+    ids, exact = np.asarray(ranked_ids), np.asarray(exact_ids)
+    if ids.shape[0] != exact.shape[0] or min(ids.shape[1], exact.shape[1]) < k:
+        raise ValueError(f"need (q, >={k}) ids on both sides; got {ids.shape} and {exact.shape}")
+    return np.array([len(np.intersect1d(a[:k], b[:k])) / k for a, b in zip(ids, exact)])

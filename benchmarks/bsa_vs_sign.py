@@ -31,8 +31,8 @@ import scipy.sparse as sp
 
 import adaptemb
 from adaptemb.evaluate.machine import machine_info
-from adaptemb.evaluate.metrics import ndcg_at_k, neighbour_recall_at_k
-from adaptemb.ranking import top_k
+from adaptemb.evaluate.metrics import ndcg_at_k
+from adaptemb.ranking import neighbour_recall_at_k, top_k
 
 
 def top10(scores: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ import numpy as np
 import adaptemb
 from adaptemb import ranking
 from adaptemb.evaluate.machine import machine_info
-from adaptemb.evaluate.metrics import neighbour_recall_at_k
+from adaptemb.ranking import neighbour_recall_at_k
 
 sys.path.insert(0, str(Path(__file__).parent))
 from arguments import data_set_parser

@@ -13,10 +13,10 @@ from adaptemb.evaluate.metrics import (
     mrr_at_k,
     ndcg_at_k,
     nearest_excluding_self,
-    neighbour_recall_at_k,
     one_nn_accuracy,
     recall_at_k,
 )
+from adaptemb.ranking import neighbour_recall_at_k
 
 
 def _qrels(entries: dict[int, dict[int, float]], q: int, n: int) -> sp.csr_matrix:

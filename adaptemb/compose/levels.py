@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from adaptemb.compose.rotation import Rotation
-from adaptemb.ranking import exact_top_k, top_k
+from adaptemb.ranking import exact_top_k, neighbour_recall_at_k, top_k
 
 GAUSSIAN_LEVELS = (0.4528, 0.9816, 1.5104)
 """Lloyd-Max quantiser of a unit Gaussian with four levels: inner level, threshold, outer level (in sigmas)."""
@@ -107,8 +107,7 @@ def held_out_split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def neighbour_recall(scores: np.ndarray, exact: np.ndarray) -> float:
     """Mean over queries of |the top-``CHOICE_TOP`` of ``scores`` (q, n) ∩ ``exact`` (q, CHOICE_TOP)| / CHOICE_TOP."""
-    _, ids = top_k(scores, exact.shape[1])
-    return float(np.mean([len(np.intersect1d(got, want)) for got, want in zip(ids, exact)]) / exact.shape[1])
+    return float(neighbour_recall_at_k(top_k(scores, CHOICE_TOP)[1], exact, CHOICE_TOP).mean())
 
 
 def exact_neighbours(queries: torch.Tensor, documents: torch.Tensor) -> np.ndarray:

@@ -11,12 +11,12 @@ from adaptemb.evaluate.metrics import (
     evaluate_ranking,
     mrr_at_k,
     ndcg_at_k,
-    neighbour_recall_at_k,
     one_nn_accuracy,
     recall_at_k,
 )
 from adaptemb.evaluate.runner import BenchConfig, BenchResult, run_bench
 from adaptemb.evaluate.scale import ScaleConfig, run_scale, scaled_corpus
+from adaptemb.ranking import neighbour_recall_at_k
 
 __all__ = [
     "BenchConfig",

@@ -15,12 +15,12 @@ from adaptemb.evaluate.metrics import (
     Row,
     evaluate_ranking,
     judged_ndcg_at_10,
-    neighbour_recall_at_k,
     one_nn_accuracy,
 )
 from adaptemb.index import FunnelIndex
 from adaptemb.index.bound import CompressedIndex
 from adaptemb.method import Compressor
+from adaptemb.ranking import neighbour_recall_at_k
 from adaptemb.registry import get_registry
 
 if TYPE_CHECKING:

@@ -94,14 +94,6 @@ def mrr_at_k(ranked_ids: np.ndarray, qrels: sp.csr_matrix, k: int = 10) -> np.nd
     return np.where(_relevant_counts(qrels) > 0, 1.0 / first, np.nan)
 
 
-def neighbour_recall_at_k(ranked_ids: np.ndarray, exact_ids: np.ndarray, k: int = 10) -> np.ndarray:
-    """Per-query overlap ``|top-k ∩ exact top-k| / k`` with the full-precision neighbours."""
-    ids, exact = np.asarray(ranked_ids), np.asarray(exact_ids)
-    if ids.shape[0] != exact.shape[0] or min(ids.shape[1], exact.shape[1]) < k:
-        raise ValueError(f"need (q, >={k}) ids on both sides; got {ids.shape} and {exact.shape}")
-    return np.array([len(np.intersect1d(a[:k], b[:k])) / k for a, b in zip(ids, exact)])
-
-
 def same_top_k(got: tuple[np.ndarray, np.ndarray], want: tuple[np.ndarray, np.ndarray], *, tol: float = 1e-4) -> np.ndarray:
     """Per query: whether two top-k lists (scores, ids) hold the same documents, ties at the cut aside.
 

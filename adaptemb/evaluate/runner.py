@@ -42,12 +42,12 @@ from adaptemb.evaluate.metrics import (
     evaluate_ranking,
     judged_ndcg_at_10,
     nearest_excluding_self,
-    neighbour_recall_at_k,
     one_nn_accuracy,
 )
 from adaptemb.evaluate.recommend import MethodSizes, recommend
 from adaptemb.evaluate.scale import run_scale
 from adaptemb.method import Compressor
+from adaptemb.ranking import neighbour_recall_at_k
 from adaptemb.registry import build_index, get_registry
 
 RECOMMENDATION_BYTES = (16, 32, 64)

@@ -31,12 +31,12 @@ from adaptemb.evaluate.metrics import (
     Row,
     evaluate_ranking,
     judged_ndcg_at_10,
-    neighbour_recall_at_k,
     same_top_k,
 )
 from adaptemb.index import ScoreIndex
 from adaptemb.method import Compressor
 from adaptemb.progress import progress_bar
+from adaptemb.ranking import neighbour_recall_at_k
 
 BASELINES = ("flat", "hnsw", "ivfpq")
 _ENCODE_BLOCK = 65536
