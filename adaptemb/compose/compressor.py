@@ -42,6 +42,7 @@ from adaptemb.compose.levels import (
     exact_neighbours,
     fit_levels,
     held_out_split,
+    lift,
     neighbour_recall,
 )
 from adaptemb.compose.rotation import ITQ_MAX_RANK, HadamardRotation, Rotation, fit_rotation
@@ -190,8 +191,9 @@ class ComposedCompressor(Compressor):
         """Rotation, 2-bit levels and the sign-bit quantiser of the two planes (width 2 * ``rank``), on ``x``."""
         y = self._projected(x, rank)
         rotation = fit_rotation(y, self.rotation_kind(rank), self.config.seed, self.config.itq_iterations)
-        levels = fit_levels(_documents(rotation, y), rotation)
-        return levels, self.Quantizer(config=self.config.quantizer).fit(levels.documents(y))  # type: ignore[attr-defined]
+        z = _documents(rotation, y)  # rotated once: the levels and the quantiser's planes both come from it
+        levels = fit_levels(z, rotation)
+        return levels, self.Quantizer(config=self.config.quantizer).fit(lift(z, levels.threshold))  # type: ignore[attr-defined]
 
     def _two_bit_widths(self, projection: Compressor) -> list[int]:
         """The prepared widths that may hold 2 bits on half the rank: every even one whose half is a rank of the

@@ -46,12 +46,8 @@ class SignMagnitude:
     inner: torch.Tensor
     outer: torch.Tensor
 
-    def rotated_documents(self, y: torch.Tensor) -> torch.Tensor:
-        return y if self.rotation is None else self.rotation.documents(y)
-
     def documents(self, y: torch.Tensor) -> torch.Tensor:
-        z = self.rotated_documents(y)
-        return lift(z, self.threshold)
+        return lift(y if self.rotation is None else self.rotation.documents(y), self.threshold)
 
     def queries(self, y: torch.Tensor) -> torch.Tensor:
         q = y if self.rotation is None else self.rotation.queries(y)
