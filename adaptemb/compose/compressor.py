@@ -18,7 +18,7 @@ rotated float query; documents of a symmetric quantiser are searched by the floa
 serves float queries against its codes (binary: ``<q, ±1>``, ``adaptemb.index.float_binary``), else queries are
 quantised like documents (int8; or ``float_queries=False``). Saved as one safetensors file: the projection's
 tensors under ``projection.``, each rank's quantiser under ``rank{r}.quantizer.`` and its rotation under
-``rank{r}.`` (``center`` and a dense ``rotation`` matrix, or ``hadamard_signs``). ONNX: ``encoder(r)`` is the
+``rank{r}.`` (``center`` and a dense ``rotation`` matrix, or ``hadamard_signs``; ``adaptemb.compose.stages``). ONNX: ``encoder(r)`` is the
 projection's head, the rotation and the quantiser's head as one module (``adaptemb.compose.export``), where both
 parts export.
 """
@@ -45,7 +45,15 @@ from adaptemb.compose.levels import (
     lift,
     neighbour_recall,
 )
-from adaptemb.compose.rotation import ITQ_MAX_RANK, HadamardRotation, Rotation, fit_rotation
+from adaptemb.compose.rotation import ITQ_MAX_RANK, HadamardRotation, fit_rotation
+from adaptemb.compose.stages import (
+    Stage,
+    rank_of,
+    rotation_of,
+    stage_tensors,
+    stages_from_tensors,
+    transformed_documents,
+)
 from adaptemb.errors import InvalidConfigError, UnsupportedExportError
 from adaptemb.linalg import has_direction
 from adaptemb.method import Compressor
@@ -53,8 +61,6 @@ from adaptemb.ranking import reciprocal_ranks
 from adaptemb.registry import COMPOSE_SEPARATOR, get_index_registry
 from adaptemb.serialization import split_prefix
 
-Transform = Rotation | SignMagnitude | None
-"""What a stage applies to the projected rows before its quantiser: a rotation, a rotation and the 2-bit lift, or nothing."""
 SIZE_SAMPLE_ROWS = 1024
 """Fit rows a quantiser is fitted on to measure its code size at a candidate rank (more where the rank is larger)."""
 CHOICE_ROTATIONS = ("random", "itq", "none")
@@ -166,7 +172,7 @@ class ComposedCompressor(Compressor):
                                      f"({projection.budgets().describe()})", parameter="k", value=self.config.k)
         kinds = {width: self.rotation_kind(self._rank(width)) for width in sorted(self._stages)}
         self.fit_report = {"ranks": sorted(self._stages), "rotation": _one_or_mixed(kinds.values()), "rotations": kinds,
-                           "bits_per_dim": {width: 2 if self._rank(width) < width else 1 for width in sorted(self._stages)},
+                           "bits_per_dim": {width: width // self._rank(width) for width in sorted(self._stages)},
                            "bytes_per_vector": {r: self._code_bytes(r) for r in sorted(self._stages)},
                            "projection": projection.fit_report}
         if bits_choice and self.config.bits_per_dim == "auto":
@@ -174,7 +180,7 @@ class ComposedCompressor(Compressor):
         if self._choices:
             self.fit_report["rotation_choice"] = dict(sorted(self._choices.items()))
 
-    def _fit_stage(self, x: torch.Tensor, rank: int, supervision: dict[str, Any]) -> tuple[Transform, Compressor]:
+    def _fit_stage(self, x: torch.Tensor, rank: int, supervision: dict[str, Any]) -> Stage:
         """The rotation and the quantiser fitted on the rows projected to ``rank``; supervision the quantiser
         learns from goes to it (pairs projected and rotated like the rows)."""
         y = self._projected(x, rank)
@@ -183,15 +189,15 @@ class ComposedCompressor(Compressor):
         rotation = fit_rotation(y, self.rotation_kind(rank), self.config.seed, self.config.itq_iterations)
         mine = {key: value for key, value in supervision.items() if key in self.Quantizer.fit_inputs}
         if "pairs" in mine:
-            mine["pairs"] = tuple(_documents(rotation, self._projected(side, rank)) for side in mine["pairs"])
+            mine["pairs"] = tuple(transformed_documents(rotation, self._projected(side, rank)) for side in mine["pairs"])
         quantizer = self.Quantizer(config=self.config.quantizer)  # type: ignore[attr-defined]
-        return rotation, quantizer.fit(_documents(rotation, y), **mine)
+        return rotation, quantizer.fit(transformed_documents(rotation, y), **mine)
 
     def _fit_two_bit_stage(self, x: torch.Tensor, rank: int) -> tuple[SignMagnitude, Compressor]:
         """Rotation, 2-bit levels and the sign-bit quantiser of the two planes (width 2 * ``rank``), on ``x``."""
         y = self._projected(x, rank)
         rotation = fit_rotation(y, self.rotation_kind(rank), self.config.seed, self.config.itq_iterations)
-        z = _documents(rotation, y)  # rotated once: the levels and the quantiser's planes both come from it
+        z = transformed_documents(rotation, y)  # rotated once: the levels and the quantiser's planes both come from it
         levels = fit_levels(z, rotation)
         return levels, self.Quantizer(config=self.config.quantizer).fit(lift(z, levels.threshold))  # type: ignore[attr-defined]
 
@@ -221,7 +227,7 @@ class ComposedCompressor(Compressor):
         recall = {}
         for bits, rank, stage in ((1, width, self._fit_stage(documents, width, {})),
                                   (2, width // 2, self._fit_two_bit_stage(documents, width // 2))):
-            doc_codes = stage[1].encode(_documents(stage[0], self._projected(documents, rank)))
+            doc_codes = stage[1].encode(transformed_documents(stage[0], self._projected(documents, rank)))
             scores = self._scores(stage[1], self._stage_queries(stage, self._projected(queries, rank)), doc_codes)
             recall[bits] = neighbour_recall(scores, exact)
         if recall[2] > recall[1]:
@@ -230,11 +236,10 @@ class ComposedCompressor(Compressor):
                 "held_out_rows": len(held_out), "documents": len(others)}
 
     def _rank(self, width: int) -> int:
-        """The projection rank of the stage of code width ``width`` (half of it for a 2-bit stage)."""
-        return width // 2 if isinstance(self._stages[width][0], SignMagnitude) else width
+        return rank_of(width, self._stages[width][0])
 
     def _chosen_stage(self, y: torch.Tensor, rank: int,
-                      pairs: tuple[torch.Tensor, torch.Tensor]) -> tuple[Transform, Compressor]:
+                      pairs: tuple[torch.Tensor, torch.Tensor]) -> Stage:
         """rotation='pairs': the stage of each candidate (``CHOICE_ROTATIONS``, or ``LARGE_RANK_CHOICES`` above rank
         ``ITQ_MAX_RANK``); the one whose pairs' MRR is highest (each float pair query ranks its document's code
         among the fit rows' codes), recorded in ``_choices``."""
@@ -248,10 +253,10 @@ class ComposedCompressor(Compressor):
         candidates = CHOICE_ROTATIONS if rank <= ITQ_MAX_RANK else LARGE_RANK_CHOICES
         for kind in candidates:
             rotation = fit_rotation(y, kind, self.config.seed, self.config.itq_iterations)
-            quantizer = self.Quantizer(config=self.config.quantizer).fit(_documents(rotation, y))  # type: ignore[attr-defined]
+            quantizer = self.Quantizer(config=self.config.quantizer).fit(transformed_documents(rotation, y))  # type: ignore[attr-defined]
             stages[kind] = (rotation, quantizer)
             scores = self._scores(quantizer, self._stage_queries(stages[kind], queries),
-                                  quantizer.encode(_documents(rotation, keys)))
+                                  quantizer.encode(transformed_documents(rotation, keys)))
             mrr[kind] = float(reciprocal_ranks(torch.from_numpy(scores), torch.eye(*scores.shape, dtype=torch.bool)).mean())
         chosen = max(candidates, key=lambda kind: mrr[kind])
         self._choices[rank] = {"chosen": chosen, "pair_mrr": mrr, "pairs": len(take),
@@ -295,22 +300,22 @@ class ComposedCompressor(Compressor):
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
         rotation, quantizer = self._stages[k]
-        return quantizer.encode(_documents(rotation, self._projected(x, self._rank(k))))
+        return quantizer.encode(transformed_documents(rotation, self._projected(x, self._rank(k))))
 
     def _encode_queries(self, x: torch.Tensor, k: int | None) -> Codes:
         assert k is not None
         return self._query_codes(self._stages[k], self._projected(x, self._rank(k)))
 
-    def _stage_queries(self, stage: tuple[Transform, Compressor], y: torch.Tensor) -> Codes:
+    def _stage_queries(self, stage: Stage, y: torch.Tensor) -> Codes:
         """Projected queries as ``encode_queries`` gives them through ``stage``: float (``_query_codes``), or coded
         like documents where queries are quantised (``float_queries=False`` before a symmetric quantiser)."""
         transform, quantizer = stage
         if self.float_queries or not quantizer.symmetric:
             return self._query_codes(stage, y)
-        return quantizer.encode(_documents(transform, y))
+        return quantizer.encode(transformed_documents(transform, y))
 
     @staticmethod
-    def _query_codes(stage: tuple[Transform, Compressor], y: torch.Tensor) -> Codes:
+    def _query_codes(stage: Stage, y: torch.Tensor) -> Codes:
         """Projected float queries through a stage: rotated, then the quantiser's query codes or kept float."""
         rotation, quantizer = stage
         floats = y if rotation is None else rotation.queries(y)
@@ -339,7 +344,7 @@ class ComposedCompressor(Compressor):
         """The width (``k``) the documents were encoded at: their codes' dimension."""
         return doc_codes.dim if doc_codes.dim in self._stages else None
 
-    def _stage_of(self, doc_codes: Codes) -> tuple[Transform, Compressor]:
+    def _stage_of(self, doc_codes: Codes) -> Stage:
         self._require_fitted()
         if doc_codes.dim not in self._stages:
             raise ValueError(f"{self.name} codes have one of the ranks {sorted(self._stages)} as their dimension; "
@@ -365,11 +370,10 @@ class ComposedCompressor(Compressor):
         self._require_fitted()
         stages = []
         for width in sorted(self._stages):
-            transform, rank = self._stages[width][0], self._rank(width)
-            rotation = transform.rotation if isinstance(transform, SignMagnitude) else transform
+            rank, rotation = self._rank(width), rotation_of(self._stages[width][0])
             bits = {"bits_per_dim": width // rank} if self.Quantizer.sign_bits else {}  # else the quantiser's own
-            stages.append({"k": width, "rank": rank, **bits, "bytes": self._code_bytes(width),
-                           "rotation": _rotation_name(rotation)})
+            named = "none" if rotation is None else "hadamard" if isinstance(rotation, HadamardRotation) else "dense"
+            stages.append({"k": width, "rank": rank, **bits, "bytes": self._code_bytes(width), "rotation": named})
         return {"stages (k: the code width)": stages}
 
     def _code_bytes(self, width: int) -> float:
@@ -405,7 +409,7 @@ class ComposedCompressor(Compressor):
         _, quantizer = self._stage_of_rank(k)
         return quantizer.encoder_arrays(codes, quantizer.budgets().default)
 
-    def _stage_of_rank(self, k: int) -> tuple[Transform, Compressor]:
+    def _stage_of_rank(self, k: int) -> Stage:
         self._require_fitted()
         if k not in self._stages:
             raise ValueError(f"{self.name} prepared the ranks {sorted(self._stages)}; got k={k}")
@@ -414,37 +418,16 @@ class ComposedCompressor(Compressor):
     # -- state ---------------------------------------------------------------------------------------
 
     def _state(self) -> dict[str, torch.Tensor]:
-        state = {"ranks": torch.tensor(sorted(self._stages), dtype=torch.int64)}
-        two_bit = [width for width in sorted(self._stages) if self._rank(width) < width]
-        if two_bit:  # absent from files before 2-bit stages, and from those with none
-            state["two_bit_widths"] = torch.tensor(two_bit, dtype=torch.int64)
-        state.update({f"projection.{key}": t for key, t in self._projection.state_tensors().items()})
-        for rank, (rotation, quantizer) in self._stages.items():
-            state.update({f"rank{rank}.quantizer.{key}": t for key, t in quantizer.state_tensors().items()})
-            state.update({f"rank{rank}.{key}": t for key, t in (rotation.tensors() if rotation else {}).items()})
-        return state
+        projection = {f"projection.{key}": t for key, t in self._projection.state_tensors().items()}
+        return stage_tensors(self._stages) | projection
 
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
-        ranks = [int(r) for r in tensors["ranks"].tolist()]
-        if not ranks or ranks != sorted(set(ranks)) or ranks[0] < 1:
-            raise ValueError(f"ranks must be distinct ascending positive ranks; got {ranks}")
         self._projection = self.Projection(config=self.config.projection)  # type: ignore[attr-defined]
         assert self.dim is not None  # restore() sets it first: the projection is restored at the input dimension
+        stages = stages_from_tensors(tensors, self.rotation_kind,
+                                     lambda: self.Quantizer(config=self.config.quantizer))  # type: ignore[attr-defined]
         self._projection.restore(self.dim, split_prefix(tensors, "projection."))
-        two_bit = [int(w) for w in tensors["two_bit_widths"].tolist()] if "two_bit_widths" in tensors else []
-        if not set(two_bit) <= {w for w in ranks if w % 2 == 0}:
-            raise ValueError(f"two_bit_widths must be even widths among the ranks {ranks}; got {two_bit}")
-        self._stages, self._sizes = {}, {}
-        for width in ranks:
-            own, rank = split_prefix(tensors, f"rank{width}."), width // 2 if width in two_bit else width
-            kind, stored = self.rotation_kind(rank), "center" in own
-            chose_none = kind == "pairs" and not stored  # rotation='pairs' chose none at this rank
-            # the stored tensors say which rotation (files of rotation='auto' from before Hadamard hold ITQ matrices)
-            rotation = None if kind == "none" or chose_none else Rotation.from_tensors(own, rank)
-            quantizer = self.Quantizer(config=self.config.quantizer)  # type: ignore[attr-defined]
-            quantizer.restore(width, split_prefix(own, "quantizer."))
-            transform = SignMagnitude.from_tensors(own, rank, rotation) if width in two_bit else rotation
-            self._stages[width] = (transform, quantizer)
+        self._stages, self._sizes = stages, {}
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its part classes, config and fitted tensors (the composed class is made, not imported: Ray
@@ -465,17 +448,6 @@ def _one_or_mixed(kinds: Any) -> str:
     """The one rotation kind every rank has, or ``"mixed"`` (``fit_report["rotations"]`` has each rank's)."""
     distinct = set(kinds)
     return distinct.pop() if len(distinct) == 1 else "mixed"
-
-
-def _rotation_name(rotation: Rotation | None) -> str:
-    """A stage's stored rotation for people: none, hadamard, or dense (random or ITQ: the file keeps the matrix)."""
-    if rotation is None:
-        return "none"
-    return "hadamard" if isinstance(rotation, HadamardRotation) else "dense"
-
-
-def _documents(rotation: Transform, y: torch.Tensor) -> torch.Tensor:
-    return y if rotation is None else rotation.documents(y)
 
 
 @functools.cache

@@ -1,0 +1,74 @@
+"""A composition's stages: what each prepared code width holds, and its form in the file.
+
+A stage is the transform applied to the projected rows (a rotation, a rotation and the 2-bit lift of
+``adaptemb.compose.levels``, or nothing) and the quantiser fitted after it. Stages are keyed by code width: the
+projection rank at 1 bit per dimension, twice the rank at 2. In the file: ``ranks`` (the widths, ascending),
+``two_bit_widths`` (only where some stage keeps 2 bits), and per width ``rank{w}.quantizer.*`` and the
+transform's tensors under ``rank{w}.``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from adaptemb.compose.levels import SignMagnitude
+from adaptemb.compose.rotation import Rotation
+from adaptemb.method import Compressor
+from adaptemb.serialization import split_prefix
+
+Transform = Rotation | SignMagnitude | None
+"""What a stage applies to the projected rows before its quantiser: a rotation, a rotation and the 2-bit lift, or nothing."""
+Stage = tuple[Transform, Compressor]
+
+
+def transformed_documents(transform: Transform, y: torch.Tensor) -> torch.Tensor:
+    """Projected document rows through a stage's transform."""
+    return y if transform is None else transform.documents(y)
+
+
+def rank_of(width: int, transform: Transform) -> int:
+    """The projection rank of the stage of code width ``width`` (half of it for a 2-bit stage)."""
+    return width // 2 if isinstance(transform, SignMagnitude) else width
+
+
+def rotation_of(transform: Transform) -> Rotation | None:
+    """The stage's rotation (the one inside a 2-bit lift), or None."""
+    return transform.rotation if isinstance(transform, SignMagnitude) else transform
+
+
+def stage_tensors(stages: dict[int, Stage]) -> dict[str, torch.Tensor]:
+    """The stages' tensors as the file holds them (see the module docstring)."""
+    state = {"ranks": torch.tensor(sorted(stages), dtype=torch.int64)}
+    two_bit = [width for width, (transform, _) in sorted(stages.items()) if isinstance(transform, SignMagnitude)]
+    if two_bit:  # absent from files before 2-bit stages, and from those with none
+        state["two_bit_widths"] = torch.tensor(two_bit, dtype=torch.int64)
+    for width, (transform, quantizer) in stages.items():
+        state.update({f"rank{width}.quantizer.{key}": t for key, t in quantizer.state_tensors().items()})
+        state.update({f"rank{width}.{key}": t for key, t in (transform.tensors() if transform else {}).items()})
+    return state
+
+
+def stages_from_tensors(tensors: dict[str, torch.Tensor], rotation_kind: Callable[[int], str],
+                        new_quantizer: Callable[[], Compressor]) -> dict[int, Stage]:
+    """The stages ``stage_tensors`` saved; ``rotation_kind(rank)`` is the config's rotation at a rank.
+    ``ValueError`` for widths that are not distinct, ascending and positive, or a 2-bit width that is not one of
+    them or is odd."""
+    widths = [int(r) for r in tensors["ranks"].tolist()]
+    if not widths or widths != sorted(set(widths)) or widths[0] < 1:
+        raise ValueError(f"ranks must be distinct ascending positive ranks; got {widths}")
+    two_bit = [int(w) for w in tensors["two_bit_widths"].tolist()] if "two_bit_widths" in tensors else []
+    if not set(two_bit) <= {w for w in widths if w % 2 == 0}:
+        raise ValueError(f"two_bit_widths must be even widths among the ranks {widths}; got {two_bit}")
+    stages: dict[int, Stage] = {}
+    for width in widths:
+        own, rank = split_prefix(tensors, f"rank{width}."), width // 2 if width in two_bit else width
+        kind = rotation_kind(rank)
+        chose_none = kind == "pairs" and "center" not in own  # rotation='pairs' chose none at this rank
+        # the stored tensors say which rotation (files of rotation='auto' from before Hadamard hold ITQ matrices)
+        rotation = None if kind == "none" or chose_none else Rotation.from_tensors(own, rank)
+        quantizer = new_quantizer()
+        quantizer.restore(width, split_prefix(own, "quantizer."))
+        stages[width] = (SignMagnitude.from_tensors(own, rank, rotation) if width in two_bit else rotation, quantizer)
+    return stages
