@@ -17,6 +17,7 @@ import torch
 from adaptemb.codes import Codes, DenseCodes, QuantizedCodes
 from adaptemb.compose.levels import SignMagnitude, lift
 from adaptemb.compose.rotation import Rotation
+from adaptemb.compose.stages import rotation_of
 from adaptemb.errors import UnsupportedExportError
 
 
@@ -40,7 +41,7 @@ class ComposedHead(torch.nn.Module):
         self.projection, self.values, self.quantizer = projection, values, quantizer
         self.output_names = tuple(quantizer.output_names)
         self.two_bit = isinstance(transform, SignMagnitude)
-        rotation = transform.rotation if isinstance(transform, SignMagnitude) else transform
+        rotation = rotation_of(transform)
         self.rotated = rotation is not None
         if rotation is not None:
             self.register_buffer("center", rotation.center.clone())
