@@ -27,7 +27,7 @@ import adaptemb
 
 sys.path.insert(0, str(Path(__file__).parent))
 from arguments import sweep_parser
-from compose_frontier import dataset, per_query_ndcg
+from compose_frontier import budget_searches, dataset
 from records import write_sweep_record
 
 
@@ -39,11 +39,8 @@ def rank_row(data: Any, method: str, rank: int, budgets: list[int], seed: int, p
     compressor = adaptemb.fit(data.corpus, method=method, projection={"rank": rank, "progress": False},
                               byte_budgets=budgets, seed=seed, **supervision)
     fit_s = time.perf_counter() - start
-    ndcg = {}
-    for budget in budgets:
-        codes = compressor.encode(data.corpus, bytes=budget)
-        _, ids = compressor.index(codes).search(data.queries, 10)
-        ndcg[str(budget)] = round(float(per_query_ndcg(ids, data)[held].mean()), 4)
+    ndcg = {str(budget): round(float(per_query[held].mean()), 4)
+            for budget, _, per_query in budget_searches(compressor, data, budgets)}
     return {"rank": rank, "seed": seed, "fit_s": round(fit_s, 2), "ndcg_at_10": ndcg}
 
 

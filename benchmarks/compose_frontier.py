@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,18 +80,24 @@ def faiss_row(spec: str, data: Dataset) -> dict[str, Any]:
             "per_query": per_query_ndcg(index.search(data.queries, 10)[1], data)}
 
 
+def budget_searches(compressor: adaptemb.Compressor, data: Dataset,
+                    budgets: list[int]) -> Iterator[tuple[int, adaptemb.Codes, np.ndarray]]:
+    """Per byte budget B: B, ``encode(C, bytes=B)`` and each query's NDCG@10 through the codes' own index (CPU),
+    raw float queries."""
+    for nbytes in budgets:
+        codes = compressor.encode(data.corpus, bytes=nbytes)
+        _, ids = compressor.index(codes, device="cpu").search(data.queries, 10)
+        yield nbytes, codes, per_query_ndcg(ids, data)
+
+
 def adaptemb_rows(label: str, method: str, data: Dataset, budgets: list[int], pairs: Any = None,
                   **params: Any) -> list[dict[str, Any]]:
     start = time.perf_counter()
     fitted = adaptemb.fit(data.corpus, method, pairs=pairs, byte_budgets=budgets, **params)
     fit_s = time.perf_counter() - start
-    rows = []
-    for nbytes in budgets:
-        codes = fitted.encode(data.corpus, bytes=nbytes)
-        _, ids = fitted.index(codes, device="cpu").search(data.queries, 10)
-        rows.append({"label": label, "budget": nbytes, "rank": codes.dim, "bytes_per_vector": codes.bytes_per_vector,
-                     "fit_s": fit_s, "per_query": per_query_ndcg(ids, data), "pairs": pairs is not None})
-    return rows
+    return [{"label": label, "budget": nbytes, "rank": codes.dim, "bytes_per_vector": codes.bytes_per_vector,
+             "fit_s": fit_s, "per_query": per_query, "pairs": pairs is not None}
+            for nbytes, codes, per_query in budget_searches(fitted, data, budgets)]
 
 
 def summarise(rows: list[dict[str, Any]], held: np.ndarray) -> None:

@@ -27,7 +27,7 @@ import adaptemb
 
 sys.path.insert(0, str(Path(__file__).parent))
 from arguments import sweep_parser
-from compose_frontier import dataset, faiss_row, faiss_specs, per_query_ndcg
+from compose_frontier import budget_searches, dataset, faiss_row, faiss_specs
 from records import write_sweep_record
 
 ROTATIONS = ("random", "auto")
@@ -39,11 +39,7 @@ def rotation_rows(data: Any, method: str, rotation: str, budgets: list[int], see
     start = time.perf_counter()
     compressor = adaptemb.fit(data.corpus, method=method, rotation=rotation, byte_budgets=budgets, seed=seed, **extra)
     fit_s = time.perf_counter() - start
-    ndcg = {}
-    for budget in budgets:
-        codes = compressor.encode(data.corpus, bytes=budget)
-        _, ids = compressor.index(codes).search(data.queries, 10)
-        ndcg[str(budget)] = float(per_query_ndcg(ids, data).mean())
+    ndcg = {str(budget): float(per_query.mean()) for budget, _, per_query in budget_searches(compressor, data, budgets)}
     return {"rotation": compressor.fit_report["rotation"], "seed": seed, "fit_s": round(fit_s, 2), "ndcg_at_10": ndcg}
 
 

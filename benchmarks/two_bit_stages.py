@@ -27,7 +27,7 @@ import adaptemb
 
 sys.path.insert(0, str(Path(__file__).parent))
 from arguments import sweep_parser
-from compose_frontier import dataset, per_query_ndcg
+from compose_frontier import budget_searches, dataset
 from records import write_sweep_record
 
 SETTINGS = (1, 2, "auto")
@@ -40,10 +40,8 @@ def setting_row(data: Any, method: str, bits: int | str, budgets: list[int], see
     compressor = adaptemb.fit(data.corpus, method=method, bits_per_dim=bits, byte_budgets=budgets, seed=seed, **extra)
     fit_s = time.perf_counter() - start
     ndcg, widths = {}, {}
-    for budget in budgets:
-        codes = compressor.encode(data.corpus, bytes=budget)
-        _, ids = compressor.index(codes).search(data.queries, 10)
-        ndcg[str(budget)] = round(float(per_query_ndcg(ids, data).mean()), 4)
+    for budget, codes, per_query in budget_searches(compressor, data, budgets):
+        ndcg[str(budget)] = round(float(per_query.mean()), 4)
         widths[str(budget)] = {"width": codes.dim, "bits_per_dim": compressor.fit_report["bits_per_dim"][codes.dim],
                                "bytes_per_vector": codes.bytes_per_vector}
     choice = {str(width): {"bits": c["bits"], "recall_at_10": {str(b): round(r, 4) for b, r in c["recall_at_10"].items()}}
