@@ -12,7 +12,7 @@ Rows (NDCG@10 over the queries, each searched through the method's own index wit
   they recall more on the held-out slice (the fit report says which), ``encode(C, bytes=B)``;
 * ``csr fitted + pairs``: the same with ``--pairs`` labelled (query, document) pairs; it and ``csr fitted`` are also
   scored on the other queries (``held_out``), the pairs' queries left out;
-* ``csr scratch`` (``--scratch``): one fit per budget at that budget's k (``k = 8B // (index bits + 2)``), no heads;
+* ``csr scratch`` (``--scratch``): one fit per budget at that budget's k (the most 2-bit values its packed row holds), no heads;
 * ``faiss PCAR{8B},SQtqmse1``: faiss directly (train, add, search).
 
 The record holds every row, the fit seconds and head reports, the machine and the load before and after; the plot
@@ -127,7 +127,7 @@ def main() -> None:
     rows += csr_rows(f"csr fitted per budget + {args.pairs} pairs", supervised, data, args.bytes, supervised_s, held_out)
     if args.scratch:
         for nbytes in args.bytes:
-            k = 8 * nbytes // (adaptemb.PackedSparseCodes.index_bits(4 * data.dim) + 2)
+            k = adaptemb.PackedSparseCodes.max_k_within(nbytes, 4 * data.dim, 2)
             compressor, seconds = fitted(data, k=k)
             rows += csr_rows("csr fitted from scratch at the budget's k", compressor, data, [nbytes], seconds, held_out)
     for row in rows:

@@ -89,7 +89,7 @@ def storage_frontier(csr: adaptemb.Compressor, corpus: np.ndarray, weights: np.n
     """Per budget, the best NDCG@10 of each value storage over every (k, b) that fits (see the module docstring)."""
     floats = with_value_bits(csr, 16)
     per_bits = {b: with_value_bits(csr, b) for b in (1, 2, 3, 4, 8)}
-    index_bits = adaptemb.PackedSparseCodes.index_bits(csr.encode(corpus[:1]).dim)
+    hidden = csr.encode(corpus[:1]).dim
     best: dict[str, dict[int, tuple[float, int, int]]] = {"feature_codebook": {}, "row_scale": {}}
     for k in (*range(4, 17), 18, 20, 24, 28, 32, 36, 40):
         exact = floats.encode(corpus, k=k)
@@ -97,7 +97,7 @@ def storage_frontier(csr: adaptemb.Compressor, corpus: np.ndarray, weights: np.n
         kept = np.minimum(indices, exact.dim - 1)
         values = np.take_along_axis(exact.to_dense(), kept, axis=1) * (indices < exact.dim)
         for b, compressor in per_bits.items():
-            nbytes = -(-k * (index_bits + b) // 8)
+            nbytes = adaptemb.PackedSparseCodes.row_bytes(k, hidden, b)  # indices as the codes store them
             codebook = ndcg(ranked(weights, compressor.encode(corpus, k=k).to_csr()), qrels)
             scale = values[:, :1].astype(np.float16).astype(np.float32)  # values come largest first
             levels = np.rint(np.divide(values, scale, out=np.zeros_like(values), where=scale > 0) * (2**b - 1))

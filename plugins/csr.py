@@ -242,7 +242,8 @@ class CSRCompressor(Compressor):
         encoder = self.encoder(k)
         hidden = self._fitted_model.hidden
         packed = torch.cat([encoder(block)[0] for block in row_blocks(x, hidden)])
-        return PackedSparseCodes(packed.numpy(), hidden, k, encoder.value_bits, self._codebook(k, encoder.value_bits))
+        return PackedSparseCodes(packed.numpy(), hidden, k, encoder.value_bits, self._codebook(k, encoder.value_bits),
+                                 encoder.packer.low_bits)
 
     def query_budget(self, doc_codes: Codes) -> int | None:
         """Packed documents say their k (an empty slot does not change which head projects the queries)."""
@@ -253,8 +254,9 @@ class CSRCompressor(Compressor):
         With ``normalize="l2"`` an all-zero row (no direction) gets k empty slots, which add nothing to any score."""
         bits = self.value_bits(k)
         model = self._head(k).model
-        return PackedCSREncoder(CSREncoder(model, k, value_dtype=torch.float32),
-                                PackedSparseCodes.packer(model.hidden, bits, self._codebook(k, bits))).eval()
+        packer = PackedSparseCodes.packer(model.hidden, bits, self._codebook(k, bits),
+                                          PackedSparseCodes.low_bits_of(k, model.hidden, bits))
+        return PackedCSREncoder(CSREncoder(model, k, value_dtype=torch.float32), packer).eval()
 
     def value_bits(self, k: int) -> int:
         """Bits per stored value of codes at ``k``: the config's ``value_bits``, else the fit's choice for k."""
@@ -286,8 +288,7 @@ class CSRCompressor(Compressor):
             best = [(head.recall_within(nbytes, self._head), -k, k) for head in self._heads
                     if (k := head.budget_for_bytes(nbytes, self._head)) is not None]
             return max(best)[2] if best else None
-        width = PackedSparseCodes.index_bits(hidden) + self.value_bits(1)
-        k = min(hidden, int(8 * int(nbytes) // width))
+        k = PackedSparseCodes.max_k_within(int(nbytes), hidden, self.value_bits(1))
         return k if k >= 1 else None
 
     def _encode_queries(self, x: torch.Tensor, k: int | None) -> Codes:

@@ -76,7 +76,7 @@ class Head:
 
 def head_k(nbytes: int, hidden: int) -> int:
     """The k a head fitted for ``nbytes`` per vector trains for: the packed code's k at ``HEAD_VALUE_BITS``."""
-    return 8 * nbytes // (PackedSparseCodes.index_bits(hidden) + HEAD_VALUE_BITS)
+    return PackedSparseCodes.max_k_within(nbytes, hidden, HEAD_VALUE_BITS)
 
 
 def finish_head(model: CSRModel, k: int, nbytes: int, fine_tune: FineTune, measure_values: MeasureValues) -> Head:

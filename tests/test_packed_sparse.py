@@ -11,10 +11,12 @@ import torch
 import adaptemb
 from adaptemb import CorruptFileError, PackedSparseCodes
 from adaptemb.codes.packed_sparse import (
-    LAYOUT_VERSION,
+    ELIAS_FANO_LAYOUT,
     SparsePacker,
     float16_bits,
     index_bits,
+    low_bits_of,
+    max_k_within,
     pack_fields,
     row_bytes,
     unpack_fields,
@@ -31,7 +33,70 @@ def small_codes() -> PackedSparseCodes:
 
 def test_index_bits_leave_room_for_the_empty_slot() -> None:
     assert [index_bits(d) for d in (5, 1536, 2047, 2048, 3072)] == [3, 11, 11, 12, 12]
-    assert row_bytes(8, 1536, 2) == 13 and row_bytes(8, 1536, 3) == 14 and row_bytes(32, 1536, 16) == 108
+    fixed = [row_bytes(k, 1536, bits, low_bits=None) for k, bits in ((8, 2), (8, 3), (32, 16))]
+    assert fixed == [13, 14, 108]  # k * (11 + bits) bits
+
+
+def test_elias_fano_rows_are_sized_by_hand() -> None:
+    """k = 8 over 1536: 7 low bits (8 * 7), a bitmap of 8 ones and 1536 >> 7 = 12 zeros: 76 index bits, not 88.
+    k = 32: 5 low bits, 32 + 48 bitmap bits: 240, not 352. The coding is used only where it saves a whole byte."""
+    assert low_bits_of(8, 1536, 2) == 7 and row_bytes(8, 1536, 2) == 12  # (76 + 16) / 8 -> 12, fixed 13
+    assert low_bits_of(32, 1536, 16) == 5 and row_bytes(32, 1536, 16) == 94  # (240 + 512) / 8
+    assert low_bits_of(2, 5, 1) is None and row_bytes(2, 5, 1) == 1  # (2 + 2 + 2) + 2 bits: no byte saved
+    for dim, bits in ((1536, 1), (3072, 2), (300, 16)):
+        for nbytes in (1, 8, 10, 16, 32, 64):
+            k = max_k_within(nbytes, dim, bits)
+            assert row_bytes(k + 1, dim, bits) > nbytes and (k == 0 or row_bytes(k, dim, bits) <= nbytes)
+    assert [max_k_within(16, 1536, 1), max_k_within(16, 3072, 2)] == [13, 10]  # fixed width: 10 and 9
+
+
+def test_elias_fano_bit_layout_by_hand() -> None:
+    """dim 20, 2 low bits: slots 13, 2 and an empty one (7 with value 0 -> 20) sort to 2, 13, 20; low parts 10 01 00;
+    high parts 0, 3, 5 -> ones at 0, 3 + 1, 5 + 2 of a 3 + 20 >> 2 = 8-bit bitmap: 10001001; levels (following
+    their slots) 0, 1, 0: 100100 10001001 010 -> 10010010 00100101 0."""
+    book = np.tile(np.array([[0.5, 1.0]], np.float16), (20, 1))
+    packer = SparsePacker(20, 1, book, low_bits=2)
+    packed = packer(torch.tensor([[13, 2, 7]]), torch.tensor([[0.9, 0.6, 0.0]])).numpy()
+    assert packed.tolist() == [[0b10010010, 0b00100101, 0]]
+    codes = PackedSparseCodes(packed, 20, 3, 1, book, low_bits=2)
+    indices, levels = codes.slots()
+    assert indices.tolist() == [[2, 13, 20]] and levels.tolist() == [[0, 1, 0]]
+    np.testing.assert_array_equal(np.flatnonzero(codes.to_dense()[0]), [2, 13])
+    with pytest.raises(ValueError, match="Elias-Fano index bitmap holds 2 entries, not k=3"):
+        PackedSparseCodes(packed & np.array([[255, 0b11111011, 255]], np.uint8), 20, 3, 1, book, low_bits=2).slots()
+    with pytest.raises(ValueError, match=r"uint8 \(n, 3\) for k=3, dim=20, value_bits=1, Elias-Fano \(2 low bits\)"):
+        PackedSparseCodes(packed[:, :2], 20, 3, 1, book, low_bits=2)
+    with pytest.raises(ValueError, match="low bits must lie in 1..5"):
+        PackedSparseCodes(packed, 20, 3, 1, book, low_bits=6)
+
+
+@pytest.mark.parametrize(("dim", "k", "bits"), [(1536, 13, 1), (3072, 26, 2), (64, 8, 3), (300, 5, 16), (3072, 64, 4)])
+def test_elias_fano_codes_hold_what_fixed_width_codes_hold(dim: int, k: int, bits: int) -> None:
+    """The same slots packed both ways (empty slots included): the same dense rows, counts and similarities, in
+    fewer bytes; slices, concatenation and the codes file keep the coding."""
+    rng = np.random.default_rng(dim + k)
+    book = None if bits == 16 else PackedSparseCodes.storable_codebook(synthetic_codebook(rng, dim, bits), bits)
+    indices = np.stack([rng.choice(dim, k, replace=False) for _ in range(200)])
+    values = rng.uniform(0.05, 2.0, (200, k)).astype(np.float32)
+    values[3], values[5, 2] = 0.0, 0.0
+    coded = PackedSparseCodes.from_sparse(indices, values, dim, bits, book)
+    with torch.no_grad():
+        fixed = PackedSparseCodes(SparsePacker(dim, bits, book)(torch.from_numpy(indices), torch.from_numpy(values))
+                                  .numpy(), dim, k, bits, book, low_bits=None)
+    assert coded.low_bits == low_bits_of(k, dim, bits) is not None
+    assert coded.bytes_per_vector == row_bytes(k, dim, bits) < fixed.bytes_per_vector
+    np.testing.assert_array_equal(coded.to_dense(), fixed.to_dense())
+    np.testing.assert_array_equal(coded.active_counts(), fixed.active_counts())
+    np.testing.assert_array_equal(coded[::3].to_dense(), fixed[::3].to_dense())
+    joined = PackedSparseCodes.concat([coded[100:], coded[:100]])
+    np.testing.assert_array_equal(joined.packed, np.concatenate([coded.packed[100:], coded.packed[:100]]))
+    with pytest.raises(ValueError, match="index coding"):
+        PackedSparseCodes.concat([coded, fixed])
+    arrays = coded.to_arrays()
+    assert arrays["layout"].tolist() == [ELIAS_FANO_LAYOUT, k, bits, coded.low_bits]
+    again = PackedSparseCodes.from_arrays(arrays, dim)
+    np.testing.assert_array_equal(again.packed, coded.packed)
+    assert again.low_bits == coded.low_bits
 
 
 def test_bit_layout_by_hand() -> None:
@@ -79,7 +144,7 @@ def test_float16_values_are_kept_exactly() -> None:
     indices = np.stack([rng.choice(1536, 8, replace=False) for _ in range(20)])
     values = rng.uniform(0.1, 2.0, (20, 8)).astype(np.float32)
     codes = PackedSparseCodes.from_sparse(indices, values, 1536, 16)
-    assert codes.bytes_per_vector == 27  # 8 * (11 + 16) bits
+    assert codes.bytes_per_vector == 26  # 8 * 16 value bits and 76 Elias-Fano index bits (fixed: 8 * 11)
     np.testing.assert_array_equal(np.take_along_axis(codes.to_dense(), indices, axis=1),
                                   values.astype(np.float16).astype(np.float32))
 
@@ -115,9 +180,9 @@ def test_codes_file_takes_rows_times_width_plus_a_fixed_header(tmp_path) -> None
         assert isinstance(loaded, PackedSparseCodes)
         np.testing.assert_array_equal(loaded.packed, codes.packed)
         np.testing.assert_array_equal(loaded.codebook, codes.codebook)
-    assert codes.bytes_per_vector == 13
-    assert 0 <= sizes[21000] - sizes[1000] - 20000 * 13 <= 64  # a further row costs its width (+ a longer npy shape)
-    assert sizes[1000] - 1000 * 13 <= 11 * 1024  # the header: codebook (1536 x (2 x 2 + 2) B = 9 KiB), layout, npz
+    assert codes.bytes_per_vector == 12
+    assert 0 <= sizes[21000] - sizes[1000] - 20000 * 12 <= 64  # a further row costs its width (+ a longer npy shape)
+    assert sizes[1000] - 1000 * 12 <= 11 * 1024  # the header: codebook (1536 x (2 x 2 + 2) B = 9 KiB), layout, npz
 
 
 def synthetic_codebook(rng: np.random.Generator, dim: int, bits: int) -> np.ndarray:
@@ -140,7 +205,9 @@ def test_a_file_at_dim_3072_takes_at_most_n_times_width_plus_64_kib(tmp_path, bi
     path = adaptemb.save_codes(codes, tmp_path / "codes.npz")
     assert path.stat().st_size <= n * codes.bytes_per_vector + 64 * 1024
     inner = {1: 0, 2: 2, 3: 6, 4: 14, 8: 0}
-    assert codes.shared_nbytes == 12 + (0 if bits == 16 else dim * (4 + inner[bits]))  # 55,308 B at 4 bits
+    layout = codes.to_arrays()["layout"].nbytes  # 4 int32 with Elias-Fano indices (1-3 bits here), else 3
+    assert layout == (16 if bits <= 3 else 12)
+    assert codes.shared_nbytes == layout + (0 if bits == 16 else dim * (4 + inner[bits]))  # 55,308 B at 4 bits
     loaded = adaptemb.load_codes(path)
     assert isinstance(loaded, PackedSparseCodes)
     np.testing.assert_array_equal(loaded.packed, codes.packed)
@@ -218,11 +285,29 @@ def _rewrite(path, tmp_path, **changes) -> object:
     return target
 
 
+def test_a_damaged_elias_fano_file_is_refused(tmp_path) -> None:
+    rng = np.random.default_rng(6)
+    indices = np.stack([rng.choice(1536, 13, replace=False) for _ in range(4)])
+    codes = PackedSparseCodes.from_sparse(indices, np.ones((4, 13), np.float32), 1536, 1, synthetic_codebook(rng, 1536, 1))
+    assert codes.low_bits == 6 and codes.bytes_per_vector == 16
+    path = adaptemb.save_codes(codes, tmp_path / "codes.npz")
+    loaded = adaptemb.load_codes(path)
+    assert isinstance(loaded, PackedSparseCodes) and loaded.low_bits == 6
+    np.testing.assert_array_equal(loaded.to_dense(), codes.to_dense())
+    damaged = codes.packed.copy()
+    damaged[2, 10] ^= 0b00010000  # bit 84: inside the bitmap (bits 78..114), one entry more or less
+    with pytest.raises(CorruptFileError, match="row 2's Elias-Fano index bitmap holds 1[24] entries, not k=13"):
+        adaptemb.load_codes(_rewrite(path, tmp_path, packed=damaged))
+
+
 def test_foreign_and_newer_files_are_refused(tmp_path) -> None:
     path = adaptemb.save_codes(small_codes(), tmp_path / "codes.npz")
-    newer = _rewrite(path, tmp_path, layout=np.array([LAYOUT_VERSION + 1, 2, 1], np.int32))
-    with pytest.raises(CorruptFileError, match=f"layout version {LAYOUT_VERSION + 1}; this adaptemb reads versions 1 and 2"):
+    newer = _rewrite(path, tmp_path, layout=np.array([ELIAS_FANO_LAYOUT + 1, 2, 1], np.int32))
+    with pytest.raises(CorruptFileError, match=f"layout version {ELIAS_FANO_LAYOUT + 1}; this adaptemb reads versions 1, 2, 3"):
         adaptemb.load_codes(newer)
+    short = _rewrite(path, tmp_path, layout=np.array([ELIAS_FANO_LAYOUT, 2, 1], np.int32))
+    with pytest.raises(CorruptFileError, match="layout version 3 must be 4 integers"):
+        adaptemb.load_codes(short)
     wide = _rewrite(path, tmp_path, packed=np.zeros((3, 2), np.uint8))
     with pytest.raises(CorruptFileError, match="uint8"):
         adaptemb.load_codes(wide)
@@ -259,9 +344,9 @@ def test_packer_exports_to_onnx_bit_identical(tmp_path) -> None:
     indices = torch.from_numpy(np.stack([rng.choice(50, 6, replace=False) for _ in range(40)]))
     values = torch.from_numpy(rng.uniform(0.0, 2.5, (40, 6)).astype(np.float32))
     values[::5] = 0.0
-    for bits, book in ((3, codebook), (16, None)):
-        packer = SparsePacker(50, bits, book).eval()
-        path = tmp_path / f"packer{bits}.onnx"
+    for bits, book, low_bits in ((3, codebook, None), (16, None, None), (3, codebook, 3)):
+        packer = SparsePacker(50, bits, book, low_bits).eval()
+        path = tmp_path / f"packer{bits}_{low_bits}.onnx"
         torch.onnx.export(packer, (indices, values), str(path), dynamo=True, input_names=["indices", "values"],
                           output_names=["packed"])
         got = ort.InferenceSession(str(path)).run(None, {"indices": indices.numpy(), "values": values.numpy()})[0]

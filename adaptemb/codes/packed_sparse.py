@@ -1,10 +1,15 @@
 """Sparse codes at their true size: k (index, value) pairs a row, bit-packed into a fixed number of bytes.
 
-Row layout (one ``uint8`` row of ``packed``, most significant bit first, as ``np.packbits``): the k indices at
-``index_bits(dim)`` bits each, then the k values at ``value_bits`` bits each, zero-padded to a whole byte.
+Row layout (one ``uint8`` row of ``packed``, most significant bit first, as ``np.packbits``): the k indices, then
+the k values at ``value_bits`` bits each, zero-padded to a whole byte. The indices take one of two forms, whichever
+makes the row smaller (``low_bits_of``; the same for every row of a collection):
 
-* Indices take ``⌈log2(dim + 1)⌉`` bits (``⌈log2 dim⌉`` unless ``dim`` is a power of two): the value ``dim``
-  marks an empty slot (a value of exactly 0, e.g. the code of an all-zero row), which adds nothing to a score.
+* fixed: each index at ``⌈log2(dim + 1)⌉`` bits (``⌈log2 dim⌉`` unless ``dim`` is a power of two), in the
+  encoder's order; the value ``dim`` marks an empty slot (a value of exactly 0, e.g. the code of an all-zero row),
+  which adds nothing to a score;
+* Elias-Fano (layout version 3; ``adaptemb.codes.elias_fano``): the same slots sorted ascending (the values follow
+  their indices), k ``low_bits``-bit low parts and a ``k + (dim >> low_bits)``-bit bitmap of the high parts, about
+  ``log2(dim / k) + 2`` bits an index. At dim 1536 a 16-byte row holds 12 indices with 1-bit values, not 9.
 * Values are b-bit levels (b in 1, 2, 3, 4, 8) of a per-feature codebook, ``codebook[index, level]``
   (float16, (dim, 2**b), stored once for all rows); or, with ``value_bits=16``, the float16 values themselves.
   A per-feature codebook was measured against one float16 scale per row (``benchmarks/packed_sparse_values.py``)
@@ -32,12 +37,16 @@ import scipy.sparse as sp
 import torch
 
 from adaptemb.codes.base import Codes, select_rows
+from adaptemb.codes.elias_fano import bitmap_bits, coded_bits, join_slots, low_bits_for, split_slots
 from adaptemb.codes.graph import pack_bits
 
 LAYOUT_VERSION = 2
-"""The layout this code writes (the compact codebook); it also reads ``FULL_CODEBOOK_LAYOUT``, another is refused."""
+"""The layout of fixed-width indices with the compact codebook; ``FULL_CODEBOOK_LAYOUT`` is read too."""
 FULL_CODEBOOK_LAYOUT = 1
 """The layout with the whole float16 (dim, 2**b) codebook: read, and written for a codebook not in stored form."""
+ELIAS_FANO_LAYOUT = 3
+"""The layout of Elias-Fano coded indices: (version, k, value bits, low bits), either codebook form."""
+READ_LAYOUTS = (FULL_CODEBOOK_LAYOUT, LAYOUT_VERSION, ELIAS_FANO_LAYOUT)
 POSITION_STEPS = 255
 """A stored codebook entry sits at one of 256 even positions (uint8) from its feature's low to its high entry."""
 VALUE_BITS = (1, 2, 3, 4, 8, 16)
@@ -51,9 +60,28 @@ def index_bits(dim: int) -> int:
     return int(dim).bit_length()
 
 
-def row_bytes(k: int, dim: int, value_bits: int) -> int:
-    """Bytes of one packed row of ``k`` (index, value) pairs over ``dim`` dimensions."""
-    return -(-k * (index_bits(dim) + value_bits) // 8)
+def low_bits_of(k: int, dim: int, value_bits: int) -> int | None:
+    """The Elias-Fano low-part width of rows of ``k`` indices over ``dim`` if that coding makes them at least a byte
+    smaller than fixed-width indices, else None (fixed)."""
+    low_bits = low_bits_for(k, dim)
+    coded = -(-(coded_bits(k, dim, low_bits) + k * value_bits) // 8)
+    return low_bits if coded < -(-k * (index_bits(dim) + value_bits) // 8) else None
+
+
+def row_bytes(k: int, dim: int, value_bits: int, low_bits: int | None | str = "smallest") -> int:
+    """Bytes of one packed row of ``k`` (index, value) pairs over ``dim`` dimensions, its indices coded with
+    ``low_bits`` (None: fixed width; default: the smaller form, ``low_bits_of``)."""
+    low_bits = low_bits_of(k, dim, value_bits) if low_bits == "smallest" else low_bits
+    indices = k * index_bits(dim) if low_bits is None else coded_bits(k, dim, int(low_bits))
+    return -(-(indices + k * value_bits) // 8)
+
+
+def max_k_within(nbytes: float, dim: int, value_bits: int) -> int:
+    """The largest k (at most ``dim``) whose packed row at ``value_bits`` fits ``nbytes``; 0 if not even k = 1."""
+    k = 0
+    while k < dim and row_bytes(k + 1, dim, value_bits) <= nbytes:
+        k += 1
+    return k
 
 
 def pack_fields(fields: Sequence[tuple[torch.Tensor, int]]) -> torch.Tensor:
@@ -158,15 +186,17 @@ def float16_bits(values: torch.Tensor) -> torch.Tensor:
 class SparsePacker(torch.nn.Module):
     """Fixed-k (indices, values) -> packed rows (the one implementation, used by ``from_sparse`` and inside exported
     encoders): values of exactly 0 become empty slots, the others the nearest level of their feature's codebook,
-    or float16 bit patterns for ``value_bits=16``."""
+    or float16 bit patterns for ``value_bits=16``; indices at fixed width, or Elias-Fano coded with ``low_bits``
+    (``low_bits_of`` gives the smaller form for a k)."""
 
-    def __init__(self, dim: int, value_bits: int, codebook: np.ndarray | None = None) -> None:
+    def __init__(self, dim: int, value_bits: int, codebook: np.ndarray | None = None,
+                 low_bits: int | None = None) -> None:
         super().__init__()
         if value_bits not in VALUE_BITS:
             raise ValueError(f"value_bits must be one of {', '.join(map(str, VALUE_BITS))}; got {value_bits}")
         if value_bits != 16 and (codebook is None or codebook.shape != (dim, 2**value_bits)):
             raise ValueError(f"{value_bits}-bit values need a codebook of shape ({dim}, {2**value_bits})")
-        self.dim, self.value_bits = dim, value_bits
+        self.dim, self.value_bits, self.low_bits = dim, value_bits, low_bits
         table = np.zeros((dim, 0), np.float32) if codebook is None else np.asarray(codebook, np.float32)
         self.register_buffer("codebook", torch.from_numpy(table.copy()))
 
@@ -178,7 +208,10 @@ class SparsePacker(torch.nn.Module):
             levels = float16_bits(values)
         else:
             levels = torch.where(empty, 0, nearest_levels(values, indices.clamp(0, self.dim - 1), self.codebook))
-        return pack_fields([(slots, index_bits(self.dim)), (levels, self.value_bits)])
+        if self.low_bits is None:
+            return pack_fields([(slots, index_bits(self.dim)), (levels, self.value_bits)])
+        low, bitmap, levels = split_slots(slots, levels, self.dim, self.low_bits)
+        return pack_fields([(low, self.low_bits), (bitmap, 1), (levels, self.value_bits)])
 
 
 class PackedSparseCodes(Codes):
@@ -188,6 +221,8 @@ class PackedSparseCodes(Codes):
     onnx_outputs = ("packed",)
     vector_form = "sparse"
     row_bytes = staticmethod(row_bytes)
+    max_k_within = staticmethod(max_k_within)
+    low_bits_of = staticmethod(low_bits_of)
     index_bits = staticmethod(index_bits)
     nearest_levels = staticmethod(nearest_levels)
     storable_codebook = staticmethod(storable_codebook)
@@ -195,15 +230,19 @@ class PackedSparseCodes(Codes):
     packer = SparsePacker
     """``PackedSparseCodes.packer(dim, value_bits, codebook)``: the torch module that packs (indices, values)."""
 
-    def __init__(self, packed: np.ndarray, dim: int, k: int, value_bits: int, codebook: np.ndarray | None = None) -> None:
+    def __init__(self, packed: np.ndarray, dim: int, k: int, value_bits: int, codebook: np.ndarray | None = None,
+                 low_bits: int | None | str = "smallest") -> None:
         if value_bits not in VALUE_BITS:
             raise ValueError(f"value_bits must be one of {', '.join(map(str, VALUE_BITS))}; got {value_bits}")
         if k < 1 or dim < 1:
             raise ValueError(f"packed sparse codes need k >= 1 and dim >= 1; got k={k}, dim={dim}")
-        width = row_bytes(k, dim, value_bits)
+        low_bits = low_bits_of(k, dim, value_bits) if low_bits == "smallest" else low_bits
+        if low_bits is not None and not 1 <= int(low_bits) <= int(dim).bit_length():
+            raise ValueError(f"Elias-Fano low bits must lie in 1..{int(dim).bit_length()} for dim={dim}; got {low_bits}")
+        width = row_bytes(k, dim, value_bits, low_bits)
         if packed.dtype != np.uint8 or packed.ndim != 2 or packed.shape[1] != width:
-            raise ValueError(f"packed rows must be uint8 (n, {width}) for k={k}, dim={dim}, value_bits={value_bits}; "
-                             f"got {packed.dtype} {packed.shape}")
+            raise ValueError(f"packed rows must be uint8 (n, {width}) for k={k}, dim={dim}, value_bits={value_bits}, "
+                             f"{_coding_name(low_bits)} indices; got {packed.dtype} {packed.shape}")
         levels = 2**value_bits
         if value_bits == 16:
             codebook = np.zeros((dim, 0), np.float16)
@@ -211,6 +250,7 @@ class PackedSparseCodes(Codes):
             raise ValueError(f"{value_bits}-bit values need a float16 codebook of shape ({dim}, {levels})")
         self.packed, self.codebook = packed, codebook
         self.dim, self.k, self.value_bits = int(dim), int(k), int(value_bits)
+        self.low_bits = None if low_bits is None else int(low_bits)
 
     @classmethod
     def from_sparse(cls, indices: np.ndarray, values: np.ndarray, dim: int, value_bits: int,
@@ -223,21 +263,31 @@ class PackedSparseCodes(Codes):
             raise ValueError(f"sparse indices must lie in 0..{dim - 1}")
         if codebook is not None and value_bits != 16:
             codebook = storable_codebook(codebook, value_bits)
-        packer = SparsePacker(dim, value_bits, codebook)
+        k = indices.shape[1]
+        low_bits = low_bits_of(k, dim, value_bits)
+        packer = SparsePacker(dim, value_bits, codebook, low_bits)
         if not len(indices):
-            return cls(np.zeros((0, row_bytes(indices.shape[1], dim, value_bits)), np.uint8), dim, indices.shape[1],
-                       value_bits, codebook)
+            return cls(np.zeros((0, row_bytes(k, dim, value_bits, low_bits)), np.uint8), dim, k, value_bits, codebook,
+                       low_bits)
         with torch.no_grad():
             packed = packer(torch.as_tensor(np.asarray(indices, np.int64)), torch.as_tensor(np.asarray(values, np.float32)))
-        return cls(packed.numpy(), dim, indices.shape[1], value_bits, codebook)
+        return cls(packed.numpy(), dim, k, value_bits, codebook, low_bits)
 
     def slots(self) -> tuple[np.ndarray, np.ndarray]:
-        """(indices, levels), each int64 (n, k); an empty slot has index ``dim``."""
-        widths = [(self.k, index_bits(self.dim)), (self.k, self.value_bits)]
-        parts = [unpack_fields(self.packed[s : s + UNPACK_ROWS], widths) for s in range(0, len(self), UNPACK_ROWS)]
+        """(indices, levels), each int64 (n, k); an empty slot has index ``dim``. Elias-Fano rows come back sorted
+        by index; a damaged one (its bitmap not holding k entries) is a ``ValueError``."""
+        parts = [self._unpack(self.packed[s : s + UNPACK_ROWS]) for s in range(0, len(self), UNPACK_ROWS)]
         if not parts:
             return np.zeros((0, self.k), np.int64), np.zeros((0, self.k), np.int64)
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def _unpack(self, packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.low_bits is None:
+            indices, levels = unpack_fields(packed, [(self.k, index_bits(self.dim)), (self.k, self.value_bits)])
+            return indices, levels
+        width = bitmap_bits(self.k, self.dim, self.low_bits)
+        low, bitmap, levels = unpack_fields(packed, [(self.k, self.low_bits), (width, 1), (self.k, self.value_bits)])
+        return join_slots(low, bitmap, self.low_bits), levels
 
     def level_values(self, indices: np.ndarray, levels: np.ndarray) -> np.ndarray:
         """float32 values of (index, level) slots, 0 for empty ones."""
@@ -251,7 +301,8 @@ class PackedSparseCodes(Codes):
         return self.packed.shape[0]
 
     def __getitem__(self, rows: slice | np.ndarray | Sequence[int]) -> PackedSparseCodes:
-        return PackedSparseCodes(self.packed[select_rows(rows)], self.dim, self.k, self.value_bits, self.codebook)
+        return PackedSparseCodes(self.packed[select_rows(rows)], self.dim, self.k, self.value_bits, self.codebook,
+                                 self.low_bits)
 
     @property
     def row_nbytes(self) -> int:
@@ -299,11 +350,13 @@ class PackedSparseCodes(Codes):
         if "packed" not in arrays:
             return dict(arrays)
         rows = PackedSparseCodes(np.ascontiguousarray(arrays["packed"], np.uint8), self.dim, self.k, self.value_bits,
-                                 None if self.value_bits == 16 else self.codebook)
+                                 None if self.value_bits == 16 else self.codebook, self.low_bits)
         indices, levels = rows.slots()
         return {"indices": np.where(indices < self.dim, indices, -1), "values": rows.level_values(indices, levels)}
 
     def _layout(self, version: int) -> np.ndarray:
+        if self.low_bits is not None:
+            return np.array([ELIAS_FANO_LAYOUT, self.k, self.value_bits, self.low_bits], dtype=np.int32)
         return np.array([version, self.k, self.value_bits], dtype=np.int32)
 
     @cached_property
@@ -318,7 +371,8 @@ class PackedSparseCodes(Codes):
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """``packed``, ``layout`` and the codebook: compact (``codebook_range``, and for 2-4 bits ``codebook_steps``)
-        where it is in stored form, else the whole float16 ``codebook`` under layout version 1; none for float16."""
+        where it is in stored form, else the whole float16 ``codebook`` under layout version 1; none for float16.
+        Elias-Fano coded indices write layout version 3 (with its low bits) and either codebook form."""
         if self.value_bits == 16:
             return {"packed": self.packed, "layout": self._layout(LAYOUT_VERSION)}
         if self._stored_codebook is None:
@@ -329,20 +383,14 @@ class PackedSparseCodes(Codes):
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], dim: int) -> PackedSparseCodes:
-        layout = np.asarray(arrays["layout"])
-        if layout.shape != (3,) or layout.dtype.kind not in "iu":
-            raise ValueError(f"packed_sparse layout must be 3 integers (version, k, value bits); got {layout!r}")
-        version, k, value_bits = (int(v) for v in layout)
-        if version not in (FULL_CODEBOOK_LAYOUT, LAYOUT_VERSION):
-            raise ValueError(f"packed_sparse row layout version {version}; this adaptemb reads versions "
-                             f"{FULL_CODEBOOK_LAYOUT} and {LAYOUT_VERSION}")
+        version, k, value_bits, low_bits = _read_layout(arrays["layout"])
         if value_bits not in VALUE_BITS or value_bits == 16:
             codebook = None
-        elif version == FULL_CODEBOOK_LAYOUT:
+        elif version == FULL_CODEBOOK_LAYOUT or (version == ELIAS_FANO_LAYOUT and "codebook_range" not in arrays):
             codebook = arrays.get("codebook")
         else:
             codebook = _stored_codebook_of(arrays, dim, value_bits)
-        codes = cls(arrays["packed"], dim, k, value_bits, codebook)
+        codes = cls(arrays["packed"], dim, k, value_bits, codebook, low_bits)
         indices, _ = codes.slots()
         if indices.size and int(indices.max()) > dim:
             raise ValueError(f"packed_sparse index {int(indices.max())} is out of range for dim={dim}")
@@ -352,10 +400,32 @@ class PackedSparseCodes(Codes):
     def concat(cls, parts: Sequence[PackedSparseCodes]) -> PackedSparseCodes:
         first = parts[0]
         for part in parts[1:]:
-            if (part.dim, part.k, part.value_bits) != (first.dim, first.k, first.value_bits) or not np.array_equal(
+            if (part.dim, part.k, part.value_bits, part.low_bits) != (first.dim, first.k, first.value_bits,
+                                                                      first.low_bits) or not np.array_equal(
                     part.codebook, first.codebook):
-                raise ValueError("packed_sparse codes concatenate only with the same dim, k, value bits and codebook")
-        return cls(np.concatenate([p.packed for p in parts]), first.dim, first.k, first.value_bits, first.codebook)
+                raise ValueError("packed_sparse codes concatenate only with the same dim, k, value bits, index coding "
+                                 "and codebook")
+        return cls(np.concatenate([p.packed for p in parts]), first.dim, first.k, first.value_bits, first.codebook,
+                   first.low_bits)
+
+
+def _coding_name(low_bits: int | None) -> str:
+    return "fixed-width" if low_bits is None else f"Elias-Fano ({low_bits} low bits)"
+
+
+def _read_layout(layout: np.ndarray) -> tuple[int, int, int, int | None]:
+    """(version, k, value bits, Elias-Fano low bits or None) of a codes file's ``layout``, checked."""
+    layout = np.asarray(layout)
+    if layout.ndim != 1 or layout.dtype.kind not in "iu" or not len(layout):
+        raise ValueError(f"packed_sparse layout must be integers (version, k, value bits[, low bits]); got {layout!r}")
+    version = int(layout[0])
+    if version not in READ_LAYOUTS:
+        raise ValueError(f"packed_sparse row layout version {version}; this adaptemb reads versions "
+                         f"{', '.join(map(str, READ_LAYOUTS))}")
+    size = 4 if version == ELIAS_FANO_LAYOUT else 3
+    if layout.shape != (size,):
+        raise ValueError(f"packed_sparse layout version {version} must be {size} integers; got {layout!r}")
+    return version, int(layout[1]), int(layout[2]), int(layout[3]) if size == 4 else None
 
 
 def _stored_codebook_of(arrays: dict[str, np.ndarray], dim: int, value_bits: int) -> np.ndarray:
