@@ -5,8 +5,8 @@ A row's slots (indices in ``0 .. dim``, ``dim`` marking an empty slot) are sorte
 the high parts as one bitmap of ``k + (dim >> low_bits)`` bits with a 1 at ``high_i + i`` for the i-th slot (so the
 i-th 1 sits after exactly ``high_i`` zeros). Every row has the same width, so codes keep a fixed number of bytes.
 
-At k = 10 over dim = 1536 that is 9 + 12 / 10 bits an index against 11 fixed; at k = 32 over 3072, 7 + 24 / 32
-against 12. ``low_bits_for`` picks the width of fewest bits; packing is plain torch (it exports to ONNX),
+At k = 10 over dim = 1536 that is 7 + 1 + 12 / 10 = 9.2 bits an index against 11 fixed; at k = 32 over 3072,
+6 + 1 + 48 / 32 = 8.5 against 12. ``low_bits_for`` picks the width of fewest bits; packing is plain torch (it exports to ONNX),
 unpacking numpy.
 """
 

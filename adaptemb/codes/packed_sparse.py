@@ -9,7 +9,7 @@ makes the row smaller (``low_bits_of``; the same for every row of a collection):
   which adds nothing to a score;
 * Elias-Fano (layout version 3; ``adaptemb.codes.elias_fano``): the same slots sorted ascending (the values follow
   their indices), k ``low_bits``-bit low parts and a ``k + (dim >> low_bits)``-bit bitmap of the high parts, about
-  ``log2(dim / k) + 2`` bits an index. At dim 1536 a 16-byte row holds 12 indices with 1-bit values, not 9.
+  ``log2(dim / k) + 2`` bits an index. At dim 1536 a 16-byte row holds 13 indices with 1-bit values, not 10.
 * Values are b-bit levels (b in 1, 2, 3, 4, 8) of a per-feature codebook, ``codebook[index, level]``
   (float16, (dim, 2**b), stored once for all rows); or, with ``value_bits=16``, the float16 values themselves.
   A per-feature codebook was measured against one float16 scale per row (``benchmarks/packed_sparse_values.py``)
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cached_property
+from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -68,7 +69,7 @@ def low_bits_of(k: int, dim: int, value_bits: int) -> int | None:
     return low_bits if coded < -(-k * (index_bits(dim) + value_bits) // 8) else None
 
 
-def row_bytes(k: int, dim: int, value_bits: int, low_bits: int | None | str = "smallest") -> int:
+def row_bytes(k: int, dim: int, value_bits: int, low_bits: int | Literal["smallest"] | None = "smallest") -> int:
     """Bytes of one packed row of ``k`` (index, value) pairs over ``dim`` dimensions, its indices coded with
     ``low_bits`` (None: fixed width; default: the smaller form, ``low_bits_of``)."""
     low_bits = low_bits_of(k, dim, value_bits) if low_bits == "smallest" else low_bits
@@ -231,7 +232,7 @@ class PackedSparseCodes(Codes):
     """``PackedSparseCodes.packer(dim, value_bits, codebook)``: the torch module that packs (indices, values)."""
 
     def __init__(self, packed: np.ndarray, dim: int, k: int, value_bits: int, codebook: np.ndarray | None = None,
-                 low_bits: int | None | str = "smallest") -> None:
+                 low_bits: int | Literal["smallest"] | None = "smallest") -> None:
         if value_bits not in VALUE_BITS:
             raise ValueError(f"value_bits must be one of {', '.join(map(str, VALUE_BITS))}; got {value_bits}")
         if k < 1 or dim < 1:
