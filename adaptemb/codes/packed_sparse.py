@@ -229,7 +229,8 @@ class PackedSparseCodes(Codes):
     storable_codebook = staticmethod(storable_codebook)
     """``PackedSparseCodes.storable_codebook(codebook, value_bits)``: the codebook as a codes file stores it."""
     packer = SparsePacker
-    """``PackedSparseCodes.packer(dim, value_bits, codebook)``: the torch module that packs (indices, values)."""
+    """``PackedSparseCodes.packer(dim, value_bits, codebook, low_bits)``: the torch module that packs (indices, values)
+    (``low_bits``: ``low_bits_of(k, dim, value_bits)`` for the smaller index form, None for fixed width)."""
 
     def __init__(self, packed: np.ndarray, dim: int, k: int, value_bits: int, codebook: np.ndarray | None = None,
                  low_bits: int | Literal["smallest"] | None = "smallest") -> None:
