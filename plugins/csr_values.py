@@ -115,10 +115,20 @@ class ValueTables:
         return self.bits_by_k[int(self.ks[int(np.searchsorted(self.ks, k, side="right")) - 1])]
 
     @cached_property
+    def sized(self) -> np.ndarray:
+        """The choice table (m, 4) with each code's bytes as this release packs it (``PackedSparseCodes.row_bytes``
+        over the codebooks' h): a file fitted before a smaller packing (Elias-Fano indices) fills its budgets with
+        the k that now fit, each with its measured recall."""
+        rows = self.choices.numpy().astype(np.float64)
+        hidden = int(self.codebooks.shape[1])
+        rows[:, 2] = [PackedSparseCodes.row_bytes(int(k), hidden, int(b)) for k, b in rows[:, :2]]
+        return rows
+
+    @cached_property
     def bits_by_k(self) -> dict[int, int]:
         """Per grid k, the bits of its best-recall point on the measured frontier (no cheaper code recalls more);
         a k with none there keeps the fewest bits within ``RECALL_TOLERANCE`` of its best."""
-        rows = self.choices.numpy()
+        rows = self.sized
         frontier, best = [], -np.inf
         for i in np.lexsort((-rows[:, 3], rows[:, 2])):  # bytes ascending, then recall descending
             if rows[i, 3] > best:
@@ -145,13 +155,13 @@ class ValueTables:
         return max((row[3] for row in self._within(nbytes, keep)), default=-1.0)
 
     def _within(self, nbytes: float, keep: Callable[[int], bool] | None) -> list[list[float]]:
-        return [row for row in self.choices.tolist() if row[1] == self.bits_by_k[int(row[0])] and row[2] <= nbytes
+        return [row for row in self.sized.tolist() if row[1] == self.bits_by_k[int(row[0])] and row[2] <= nbytes
                 and (keep is None or keep(int(row[0])))]
 
     def rows(self) -> list[dict[str, float]]:
         """The choice table as rows (k, value_bits, bytes, recall@10, chosen: the k's own value bits)."""
         return [{"k": int(k), "value_bits": int(b), "bytes": int(n), "recall@10": round(float(r), 4),
-                 "chosen": int(b) == self.value_bits(int(k))} for k, b, n, r in self.choices.tolist()]
+                 "chosen": int(b) == self.value_bits(int(k))} for k, b, n, r in self.sized.tolist()]
 
 
 def fit_value_tables(slots: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]],

@@ -250,12 +250,18 @@ def test_value_bits_follow_the_measured_frontier() -> None:
     the fewest bits within the tolerance of its best; a byte budget takes the best recall that fits."""
     from adaptemb_plugins.csr_values import ValueTables
 
-    rows = [[2, 1, 4, 0.50], [2, 2, 5, 0.52], [2, 4, 6, 0.53],  # k=2: 1 and 2 bits on the frontier, 4 bits too
-            [3, 1, 6, 0.60], [3, 2, 7, 0.65],  # k=3 at 6 B beats k=2 at 6 B
-            [4, 1, 8, 0.64], [4, 2, 9, 0.644]]  # k=4: never on the frontier (k=3 recalls more for less)
-    tables = ValueTables(torch.zeros(3, 8, 32, dtype=torch.float16), torch.tensor(rows))
-    assert tables.bits_by_k == {2: 2, 3: 2, 4: 1}
-    assert [tables.budget_for_bytes(b) for b in (3, 4, 5, 6, 7, 9)] == [None, None, 2, 2, 3, 3]
+    # rows (k, value bits, bytes, recall) over h = 1536; bytes as packed (row_bytes): k=2 at 1 / 2 / 4 bits 3 / 4 / 4 B,
+    # k=3 at 1 / 2 bits 5 / 5 B, k=4 6 / 7 B
+    rows = [[2, 1, 3, 0.50], [2, 2, 4, 0.52], [2, 4, 4, 0.53],  # k=2: 1 and 4 bits on the frontier (4 B: 4 bits)
+            [3, 1, 5, 0.60], [3, 2, 5, 0.65],  # k=3 at 5 B: 2 bits
+            [4, 1, 6, 0.64], [4, 2, 7, 0.644]]  # k=4: never on the frontier (k=3 recalls more for less)
+    tables = ValueTables(torch.zeros(3, 1536, 32, dtype=torch.float16), torch.tensor(rows))
+    assert tables.bits_by_k == {2: 4, 3: 2, 4: 1}
+    assert [tables.budget_for_bytes(b) for b in (2, 3, 4, 5, 6, 7)] == [None, None, 2, 3, 3, 3]
+    # a table fitted before Elias-Fano indices stored k=5 at 1 bit as 5 * 12 bits = 8 B; it packs into 7 B now
+    stale = ValueTables(torch.zeros(4, 1536, 32, dtype=torch.float16), torch.tensor([*rows, [5, 1, 8, 0.70]]))
+    assert stale.sized[-1, 2] == PackedSparseCodes.row_bytes(5, 1536, 1) == 7
+    assert stale.budget_for_bytes(7) == 5 and stale.rows()[-1]["bytes"] == 7
 
 
 def test_info_shows_the_choice_table(fitted, tmp_path) -> None:
