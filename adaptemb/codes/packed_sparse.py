@@ -65,8 +65,7 @@ def low_bits_of(k: int, dim: int, value_bits: int) -> int | None:
     """The Elias-Fano low-part width of rows of ``k`` indices over ``dim`` if that coding makes them at least a byte
     smaller than fixed-width indices, else None (fixed)."""
     low_bits = low_bits_for(k, dim)
-    coded = -(-(coded_bits(k, dim, low_bits) + k * value_bits) // 8)
-    return low_bits if coded < -(-k * (index_bits(dim) + value_bits) // 8) else None
+    return low_bits if row_bytes(k, dim, value_bits, low_bits) < row_bytes(k, dim, value_bits, None) else None
 
 
 def row_bytes(k: int, dim: int, value_bits: int, low_bits: int | Literal["smallest"] | None = "smallest") -> int:
