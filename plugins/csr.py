@@ -39,7 +39,7 @@ from adaptemb import (
     unit_rows,
 )
 from adaptemb_plugins.csr_config import CSRConfig, anneal_steps, loss_settings
-from adaptemb_plugins.csr_heads import Head, fit_heads
+from adaptemb_plugins.csr_heads import Head, fit_heads, serving
 from adaptemb_plugins.csr_model import CSREncoder, CSRModel, PackedCSREncoder, geometric_median, row_blocks
 from adaptemb_plugins.csr_objective import (
     CSRObjective,
@@ -234,9 +234,8 @@ class CSRCompressor(Compressor):
         return self._main.model
 
     def _head(self, k: int) -> Head:
-        """The head that encodes (and projects queries) at ``k``: the one trained for the nearest k (the larger on
-        a tie)."""
-        return min(self._heads, key=lambda head: (abs(head.k - k), -head.k))
+        """The head that encodes (and projects queries) at ``k``: ``csr_heads.serving``."""
+        return serving(self._heads, k)
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
         encoder = self.encoder(k)
@@ -280,8 +279,9 @@ class CSRCompressor(Compressor):
         return None if bits == 16 or tables is None else tables.codebook(k, bits)
 
     def budget_for_bytes(self, nbytes: float, sample: Any = None) -> int | None:
-        """The k whose packed code fits ``nbytes``: the best held-out recall among the measured k (value bits
-        chosen per k), or the largest k at the config's ``value_bits``."""
+        """The k whose packed code fits ``nbytes``: each head's pick among its measured k at their value bits
+        (``csr_values.pick``), the head whose pick recalls most of its held-out slice; or the largest k at the
+        config's ``value_bits``."""
         self._require_fitted()
         hidden = self._fitted_model.hidden
         if self.config.value_bits is None and all(head.tables is not None for head in self._heads):

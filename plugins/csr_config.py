@@ -64,7 +64,8 @@ class CSRConfig(TrainingConfig):
         "best at 16-32 B on the default data), or the query through the decoder, scoring <q, decode(doc)>.")
     value_bits: Literal[1, 2, 3, 4, 8, 16] | None = Field(
         None, description="Bits per stored value: 1-8: levels of a per-feature codebook fitted on the fit rows; 16: "
-        "float16; None: per k, the bits of its best code on the frontier of held-out recall@10 against bytes (measured at fit).")
+        "float16; None: per k, the width the byte budgets fix, smallest first, from the held-out recall@10 measured "
+        "at fit (csr_values: the most latents within 0.01 of a budget's best).")
     # training defaults, measured for this method (see the docs)
     epochs: int = Field(10, ge=1, description="Passes over the training rows (at most).")
     batch_size: int = Field(256, ge=2, description="Rows per optimisation step.")

@@ -5,7 +5,8 @@ For each budget whose code holds at most ``HEAD_MAX_SHARE`` of the main fit's k 
 value), the main fit is fine-tuned for ``head_epochs`` epochs with k annealed down to that k, then fine-tuned on
 the supervision (if any) and given its own value tables, as the main fit is; it is kept when its best code of that
 size recalls more of the held-out slice than the main fit's. A compressor encodes at k with the head trained for
-the nearest k.
+the smallest k at or above it (``serving``): a head's codes cut wider than it was trained for lost to the main
+fit's (k = 13 from the head trained for 6: 0.151 NDCG@10 against 0.163 on the built-in data).
 """
 
 from __future__ import annotations
@@ -72,6 +73,12 @@ class Head:
                                     normalize=normalize)
         tables = ValueTables(tensors["codebooks"], tensors["choices"]) if "codebooks" in tensors else None
         return cls(k, nbytes, model, tables)
+
+
+def serving(heads: list[Head], k: int) -> Head:
+    """The head that encodes at ``k``: the one trained for the smallest k at or above it (the largest, the main fit,
+    above them all)."""
+    return min((head for head in heads if head.k >= k), key=lambda head: head.k, default=max(heads, key=lambda head: head.k))
 
 
 def head_k(nbytes: int, hidden: int) -> int:

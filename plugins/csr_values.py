@@ -4,9 +4,13 @@ After training, ``fit_value_tables`` encodes a sample of the training rows at ev
 for each k, a per-feature codebook of 2, 4, 8 and 16 levels (1-4 bit values: a 1-D k-means of the feature's
 values among the top-k) and a per-feature range (8-bit values: 256 even steps). It then scores a held-out slice
 of the fit rows, as queries, against the sample's packed codes at every (k, b) and keeps the recall@10 of the
-exact float neighbours: the choice table. Each k keeps the value bits of its best point on the measured frontier
-(the codes no cheaper code recalls more than: ``ValueTables.bits_by_k``), so that ``encode(x, bytes=B)``, which
-takes the k of the best recall whose code fits B (``ValueTables.budget_for_bytes``), lands on the frontier.
+exact float neighbours: the choice table.
+
+A code is named by its k alone (``encode(x, k=...)``), so each k keeps one value width (``ValueTables.bits_by_k``):
+the byte budgets are walked from the smallest up, each takes its pick among the codes that fit it and whose k is
+still free or already holds that width (``pick``: the most latents within ``VALUE_BITS_MARGIN`` of the best
+recall), and the pick fixes its k's width. ``encode(x, bytes=B)`` then takes the pick among the codes that fit B
+at their k's width (``ValueTables.budget_for_bytes``).
 
 Everything is saved with the model: ``codebooks`` (K, h, 32) float16 (the 2 + 4 + 8 + 16 codebook entries and
 the 8-bit range of each k of the grid) and ``choices`` (m, 4) float32 rows (k, value bits, bytes, recall).
@@ -14,7 +18,7 @@ the 8-bit range of each k of the grid) and ``choices`` (m, 4) float32 rows (k, v
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -24,15 +28,23 @@ import torch
 
 from adaptemb import PackedSparseCodes
 
-CHOICE_K = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16, 18, 20, 24, 28, 32, 40, 48, 64, 80, 96, 128)
-"""The k at which codebooks are fitted and the choice measured (a k between two uses the lower one's codebook)."""
+CHOICE_K = (*range(1, 33), 36, 40, 48, 56, 64, 80, 96, 128)
+"""The k at which codebooks are fitted and the choice measured (a k between two uses the lower one's codebook):
+every k up to 32, so that each byte budget up to ~40 B has a code that fills it (with Elias-Fano indices one more
+latent costs about a byte)."""
 CODEBOOK_BITS = (1, 2, 3, 4)
 """Value bits with a fitted per-feature codebook; 8 bits use the feature's range, 16 bits float16 values."""
 MEASURED_BITS = (1, 2, 3, 4, 8, 16)
 RANGE_COLUMNS = slice(30, 32)
 CODEBOOK_COLUMNS = {1: slice(0, 2), 2: slice(2, 6), 3: slice(6, 14), 4: slice(14, 30)}
 RECALL_TOLERANCE = 0.005
-"""A k keeps the fewest value bits whose held-out recall@10 is within this of its best (sampling noise ~0.005)."""
+"""A k no budget picks keeps the fewest value bits whose held-out recall@10 is within this of its best (sampling
+noise ~0.005)."""
+VALUE_BITS_MARGIN = 0.01
+"""A budget takes a code with fewer latents (and more bits per value) only where it recalls this much more of the
+held-out slice: on the built-in data and the 768-d stand-in, real queries gained nothing from more value bits at a
+fixed k (1 bit was best or within 0.003 NDCG@10 at every k to 48) while this proxy credited 2-3 bits with
++0.004-0.015 recall@10 (benchmarks/csr_value_bits.py, docs/methods/csr.md)."""
 LLOYD_ITERATIONS = 8
 
 
@@ -126,33 +138,31 @@ class ValueTables:
 
     @cached_property
     def bits_by_k(self) -> dict[int, int]:
-        """Per grid k, the bits of its best-recall point on the measured frontier (no cheaper code recalls more);
-        a k with none there keeps the fewest bits within ``RECALL_TOLERANCE`` of its best."""
+        """Per grid k, its one value width: the byte budgets, smallest first, each fix the width of their ``pick``
+        among the codes that fit and whose k is free or holds that width; a k no budget picks keeps the fewest bits
+        within ``RECALL_TOLERANCE`` of its best."""
         rows = self.sized
-        frontier, best = [], -np.inf
-        for i in np.lexsort((-rows[:, 3], rows[:, 2])):  # bytes ascending, then recall descending
-            if rows[i, 3] > best:
-                frontier.append(rows[i])
-                best = rows[i, 3]
-        bits = {}
+        bits: dict[int, int] = {}
+        for nbytes in range(int(rows[:, 2].min()), int(rows[:, 2].max()) + 1):
+            open_rows = [row for row in rows if row[2] <= nbytes and bits.get(int(row[0]), int(row[1])) == int(row[1])]
+            k, b = pick(open_rows)[:2]
+            bits.setdefault(int(k), int(b))
         for k in self.ks:
-            on = [row for row in frontier if row[0] == k]
-            if on:
-                bits[int(k)] = int(max(on, key=lambda row: row[3])[1])
-            else:
+            if int(k) not in bits:
                 own = rows[rows[:, 0] == k]
                 bits[int(k)] = int(own[own[:, 3] >= own[:, 3].max() - RECALL_TOLERANCE, 1].min())
         return bits
 
     def budget_for_bytes(self, nbytes: float, keep: Callable[[int], bool] | None = None) -> int | None:
-        """The grid k of the best held-out recall whose code (at its ``value_bits``) fits ``nbytes``, among the k
+        """The grid k of the ``pick`` among the codes (at their k's ``value_bits``) that fit ``nbytes``, among the k
         that ``keep`` accepts (default: all); None if none fits."""
         rows = self._within(nbytes, keep)
-        return None if not rows else int(max(rows, key=lambda row: (row[3], -row[0]))[0])
+        return None if not rows else int(pick(rows)[0])
 
     def recall_within(self, nbytes: float, keep: Callable[[int], bool] | None = None) -> float:
-        """The best held-out recall@10 of a code that fits ``nbytes`` (among the k ``keep`` accepts); -1 if none."""
-        return max((row[3] for row in self._within(nbytes, keep)), default=-1.0)
+        """The held-out recall@10 of the code ``budget_for_bytes`` picks (among the k ``keep`` accepts); -1 if none."""
+        rows = self._within(nbytes, keep)
+        return -1.0 if not rows else float(pick(rows)[3])
 
     def _within(self, nbytes: float, keep: Callable[[int], bool] | None) -> list[list[float]]:
         return [row for row in self.sized.tolist() if row[1] == self.bits_by_k[int(row[0])] and row[2] <= nbytes
@@ -162,6 +172,13 @@ class ValueTables:
         """The choice table as rows (k, value_bits, bytes, recall@10, chosen: the k's own value bits)."""
         return [{"k": int(k), "value_bits": int(b), "bytes": int(n), "recall@10": round(float(r), 4),
                  "chosen": int(b) == self.value_bits(int(k))} for k, b, n, r in self.sized.tolist()]
+
+
+def pick(rows: Sequence[Sequence[float]]) -> Sequence[float]:
+    """The code a byte budget takes among ``rows`` (k, value bits, bytes, recall) that fit it: the most latents
+    whose recall is within ``VALUE_BITS_MARGIN`` of the best, the better recall (then fewer bits) on a tie."""
+    best = max(row[3] for row in rows)
+    return max((row for row in rows if row[3] >= best - VALUE_BITS_MARGIN), key=lambda row: (row[0], row[3], -row[1]))
 
 
 def fit_value_tables(slots: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]],
