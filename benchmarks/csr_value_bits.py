@@ -5,7 +5,7 @@ Usage::
     python benchmarks/csr_value_bits.py [--data default | wordnet-examples-768] [--bytes 10,12,16,24,32,48,64]
                                         [--out benchmarks/results/csr_value_bits_DATA.json]
 
-One ``adaptemb.fit(C, "csr")`` (defaults); then for every (k, value bits) of its choice table with k <= 48: the codes
+One ``adaptemb.fit(C, "csr")`` (defaults); then for every (k, value bits) of its choice table with k <= 64: the codes
 ``encode(C, k=k)`` with the config's ``value_bits`` set to b, searched by ``index(codes).search(Q, 10)`` with raw
 float queries (NDCG@10 over all queries), and three doc-as-query proxies on 1,000 corpus rows as queries (self
 left out): recall@10 of the exact cosine top-10 (what the fit's choice table measures, on its own held-out
@@ -33,7 +33,7 @@ from arguments import data_set_parser
 from compose_frontier import dataset, per_query_ndcg
 from records import data_fields, write_record
 
-MAX_K = 48
+MAX_K = 64
 PROBE_ROWS = 1000
 PROXIES = ("recall@10", "nearest_in_top10", "nearest_rr")
 
