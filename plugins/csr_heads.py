@@ -71,7 +71,7 @@ class Head:
         """The head ``state`` wrote, trained for ``k`` and fitted for ``nbytes``."""
         model = CSRModel.from_state({n: t for n, t in tensors.items() if n not in ("codebooks", "choices")},
                                     normalize=normalize)
-        tables = ValueTables(tensors["codebooks"], tensors["choices"]) if "codebooks" in tensors else None
+        tables = ValueTables(tensors["codebooks"], tensors["choices"], k) if "codebooks" in tensors else None
         return cls(k, nbytes, model, tables)
 
 
@@ -89,7 +89,8 @@ def head_k(nbytes: int, hidden: int) -> int:
 def finish_head(model: CSRModel, k: int, nbytes: int, fine_tune: FineTune, measure_values: MeasureValues) -> Head:
     """A trained model, fine-tuned on the supervision (if any), with its value codebooks and choice table."""
     model, supervised = fine_tune(model, k)
-    return Head(k, nbytes, model, measure_values(model), supervised)
+    tables = measure_values(model)
+    return Head(k, nbytes, model, None if tables is None else dataclasses.replace(tables, trained_k=k), supervised)
 
 
 def fit_heads(model: CSRModel, config: CSRConfig, rows: torch.Tensor, fine_tune: FineTune,

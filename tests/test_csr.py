@@ -90,7 +90,10 @@ def test_bytes_choose_k_and_value_bits_from_the_measured_table(fitted, data) -> 
         fits = [row for row in table if row["chosen"] and row["bytes"] <= nbytes]
         best, chosen = max(row["recall@10"] for row in fits), next(row for row in fits if row["k"] == codes.k)
         assert chosen["recall@10"] >= best - VALUE_BITS_MARGIN - 1e-4  # the rows' recall is rounded to 4 places
-        assert not [row for row in fits if row["k"] > codes.k and row["recall@10"] >= best - VALUE_BITS_MARGIN + 1e-4]
+        trained = fitted.config.k  # more latents are preferred up to the trained k; above it only the best recall
+        assert not [row for row in fits if trained >= row["k"] > codes.k
+                    and row["recall@10"] >= best - VALUE_BITS_MARGIN + 1e-4]
+        assert codes.k <= trained or chosen["recall@10"] >= best - 1e-4
     with pytest.raises(adaptemb.InvalidConfigError, match="bytes"):
         fitted.encode(data[0][:5], bytes=0.5)
 
@@ -264,6 +267,9 @@ def test_budgets_fix_each_k_s_value_bits_smallest_first() -> None:
     assert tables.recall_within(7) == pytest.approx(0.645) and tables.recall_within(2) == -1.0
     assert tables.budget_for_bytes(6, keep=lambda k: k != 4) == 3  # a head's own k only
     assert pick([[3, 2, 5, 0.65], [3, 1, 5, 0.65]])[1] == 1  # a tie in k and recall: fewer bits
+    wide = [[32, 1, 52, 0.730], [40, 2, 70, 0.735], [64, 1, 60, 0.738]]  # above the trained k latents stop winning
+    assert pick(wide)[0] == 64 and pick(wide, trained_k=32)[0] == 32
+    assert pick(wide[1:], trained_k=32)[0] == 64  # none within reach up to it: the best recall
     # a table fitted before Elias-Fano indices stored k=5 at 1 bit as 5 * 12 bits = 8 B; it packs into 7 B now
     stale = ValueTables(torch.zeros(5, 1536, 32, dtype=torch.float16), torch.tensor([*rows, [5, 1, 8, 0.70]]))
     assert stale.sized[-1, 2] == PackedSparseCodes.row_bytes(5, 1536, 1) == 7
