@@ -201,6 +201,7 @@ def fit_value_tables(slots: Callable[[torch.Tensor, int], tuple[torch.Tensor, to
     queries = as_scored(queries)
     truth = torch.topk(queries @ as_scored(docs).T, min(10, len(docs)), dim=1).indices.numpy()
     weights, offset = (t.numpy() for t in project(queries))
+    weights = np.ascontiguousarray(weights.T)
     books, table = [], []
     for k in ks:
         row = np.zeros((hidden, 32), np.float32)
@@ -232,7 +233,8 @@ def _stored_values(values: np.ndarray, indices: np.ndarray, bits: int, codebook:
 
 
 def _recall(weights: np.ndarray, offset: np.ndarray, docs: sp.csr_matrix, truth: np.ndarray) -> float:
-    """Mean share of each query's exact top-10 among its top-10 by ``<weights, doc> + offset``."""
-    scores = torch.from_numpy(np.asarray(docs @ weights.T)) + torch.from_numpy(offset)[None, :]  # (docs, queries)
-    found = torch.topk(scores, truth.shape[1], dim=0).indices.T.numpy()
+    """Mean share of each query's exact top-10 among its top-10 by ``<weights, doc> + offset``; ``weights`` are the
+    queries' (h, queries), contiguous (scipy's product reads them a row at a time)."""
+    scores = torch.from_numpy(np.asarray(docs @ weights).T.copy()) + torch.from_numpy(offset)[:, None]  # (queries, docs)
+    found = torch.topk(scores, truth.shape[1], dim=1).indices.numpy()  # along contiguous rows: ~10x faster
     return float((found[:, :, None] == truth[:, None, :]).any(axis=2).mean())
