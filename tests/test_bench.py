@@ -336,3 +336,37 @@ def test_bench_output_fits_100_columns_and_wide_shows_every_column(tmp_path: Pat
     wide = runner.invoke(app, [*args, "--wide", "--out", str(tmp_path / "b")], env={"COLUMNS": "260"})
     assert wide.exit_code == 0, wide.output
     assert "variant" in wide.output and "…" not in wide.output
+
+
+class _Listener:
+    """A ``StepListener`` recording what a progress bar would be told."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, int]] = []
+        self.finished = False
+
+    def step(self, label: str, planned: int) -> None:
+        self.steps.append((label, planned))
+
+    def done(self) -> None:
+        self.finished = True
+
+
+def test_every_step_is_timed_and_announced_with_the_steps_planned() -> None:
+    rng = np.random.default_rng(0)
+    corpus = rng.standard_normal((300, 16)).astype(np.float32)
+    data = Dataset.from_gold("toy", corpus, corpus[:40] + 0.01, np.arange(40))
+    listener = _Listener()
+    result = run_bench(data, _config(["svd", "int8"]), progress=listener)
+    kinds = [(step["kind"], step["method"], step["k"]) for step in result.steps]
+    assert kinds == [("reference", "float32", None), ("fit", "svd", None), ("row", "svd", 4), ("row", "svd", 16),
+                     ("fit", "int8", None), ("row", "int8", None), ("recommend", None, None)]
+    assert all(step["seconds"] > 0 for step in result.steps)
+    assert sum(step["seconds"] for step in result.steps) <= result.total_s
+    assert [label for label, _ in listener.steps] == [step["label"] for step in result.steps] and listener.finished
+    planned = [count for _, count in listener.steps]
+    assert planned[0] == 2 + 2 * 3  # before any fit: a fit and a row per budget of each method
+    assert planned[-1] == len(result.steps)  # int8 has one row, not two: the plan is corrected
+    labels: list[str] = []
+    run_bench(data, _config(["svd"]), progress=labels.append)  # a plain callable hears the labels
+    assert labels[0] == "float32: exact search on the full-precision embeddings" and len(labels) == 5

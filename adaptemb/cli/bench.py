@@ -116,12 +116,16 @@ def bench_command(
     quiet: Annotated[bool, flag("quiet", "Only the final table (no progress).", "-q")] = False,
     wide: Annotated[bool, flag("wide", "Every column, one line per row (needs about 160 columns); "
                                        "by default a compact table that fits 100.")] = False,
+    all_rows: Annotated[bool, flag("all-rows", "Every row in the terminal; by default each method family's best "
+                                               "row per byte budget (report.md and results.json keep every row).")] = False,
 ) -> None:
     """Benchmark compression methods on a dataset: NDCG@10, recall, MRR, 1-NN, bytes/vector, latency."""
+    from adaptemb.cli.steps import StepBar
     from adaptemb.datasets import load_dataset
-    from adaptemb.evaluate.report import print_table, write_report
+    from adaptemb.evaluate.report import write_report
     from adaptemb.evaluate.runner import BenchConfig, fit_supervision, run_bench
     from adaptemb.evaluate.scale import ScaleConfig
+    from adaptemb.evaluate.terminal import print_summary, print_table
 
     console = Console(stderr=True, quiet=quiet)
     names = None if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
@@ -140,19 +144,18 @@ def bench_command(
     byte_budgets = None if budgets is not None else parse_ints(nbytes or DEFAULT_BYTES, "--bytes")
     config = BenchConfig(methods=names or [], budgets=parse_ints(budgets or DEFAULT_BUDGETS, "--budgets"), bytes=byte_budgets,
                          device=device, rerank=rerank, shortlist=shortlist, seed=seed, rounds=rounds, warmup=warmup,
-                         batch_size=batch_size, method_params=method_params(param or []), fit_progress=not quiet,
+                         batch_size=batch_size, method_params=method_params(param or []), fit_progress=False,
                          fit_labels=fit_labels, scale=scale_config)
-    progress = (lambda msg: console.print(f"[dim]- {msg}[/dim]"))
-    progress(f"loading dataset {data}")
+    console.print(f"[dim]- loading dataset {data}[/dim]")
     with warnings.catch_warnings():  # ignored extra arrays become a note of the report instead
         warnings.simplefilter("ignore", UserWarning)
         dataset = load_dataset(data, seed=seed, progress=not quiet)
     if names is None:
         config.methods = default_methods(fit_supervision(dataset) if fit_labels else (), matryoshka=matryoshka)
         _check_names(config.methods, param or [])
-    result = run_bench(dataset, config, progress=progress)
+    result = run_bench(dataset, config, progress=None if quiet else StepBar(console))
     files = write_report(result, out)
     # piped output without COLUMNS: do not squeeze the table
     stdout = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 220)
-    print_table(result, stdout, wide=wide)
-    stdout.print(f"wrote {', '.join(str(p) for p in files.values())}")
+    print_table(result, stdout, wide=wide, all_rows=all_rows)
+    print_summary(result, files, stdout)

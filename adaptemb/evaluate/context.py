@@ -3,7 +3,6 @@ prepared once for every method) and ``BenchResult`` (everything it measured)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -13,6 +12,7 @@ from adaptemb.codes import Codes
 from adaptemb.datasets import Dataset
 from adaptemb.evaluate.metrics import Row
 from adaptemb.evaluate.scale import ScaleConfig
+from adaptemb.evaluate.steps import StepLog
 from adaptemb.method import Compressor
 
 
@@ -65,6 +65,8 @@ class BenchResult:
     every method and faiss baseline at N rows; whenever a scale study ran)."""
     corpus_recommendation: list[Row] = field(default_factory=list)
     """With a scale study: the recommendation the main table's rows alone would give (for comparison)."""
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    """Every step of the run (``adaptemb.evaluate.steps.Step``): its kind, label, method, budget and wall seconds."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,12 +83,15 @@ class RunContext:
     queries: np.ndarray
     exact_ids: np.ndarray
     loo_rows: np.ndarray | None
-    progress: Callable[[str], None]
+    steps: StepLog
+    """Times each step and tells the progress display (``adaptemb.evaluate.steps``)."""
     notes: list[str]
     supervision: dict[str, Any]
     """What ``fit`` gets besides the rows, for the methods that learn from it (``fit_supervision``)."""
     stores: dict[str, Codes | np.ndarray] = field(default_factory=dict)
     fitted: dict[str, Compressor] = field(default_factory=dict)
     """The first fit of each method (the one that serves every budget it supports)."""
+    fit_seconds: dict[str, float] = field(default_factory=dict)
+    """The seconds of each method's first fit (what a composition that shares it adds to its own)."""
     benched: list[tuple[Compressor, int | None, float]] = field(default_factory=list)
     """(fitted compressor, budget, fit seconds) of every main-table codes row, in order: the scale study's plan."""
