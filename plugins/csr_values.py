@@ -50,30 +50,42 @@ LLOYD_ITERATIONS = 8
 
 def fit_codebook(values: np.ndarray, features: np.ndarray, dim: int, levels: int) -> np.ndarray:
     """Per-feature 1-D k-means (Lloyd, quantile start) of the positive ``values`` of ``features``: (dim, levels)
-    float32, rows ascending; a feature seen fewer than ``levels`` times takes the codebook of all values pooled.
-    Each feature's values are sorted once, so an iteration cuts every run at its midpoints (``searchsorted``) and
-    sums the cells from prefix sums: O(dim * levels * log n), not O(n * levels)."""
-    keep = values > 0
-    v, f = values[keep].astype(np.float64), features[keep].astype(np.int64)
-    if not len(v):
-        return np.tile(np.linspace(0.0, 1.0, levels, dtype=np.float32), (dim, 1))
-    order = np.lexsort((v, f))
-    v, f = v[order], f[order]
-    counts = np.bincount(f, minlength=dim)
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    span = 2.0 * (v.max() - v.min() + 1.0)  # keys f * span + v ascend over the whole sorted run
-    keys, prefix = f * span + v, np.concatenate([[0.0], np.cumsum(v)])
-    position = np.floor((np.arange(levels) + 0.5) / levels * np.maximum(counts, 1)[:, None]).astype(np.int64)
-    books = v[np.minimum(starts[:-1, None] + position, len(v) - 1)]
-    for _ in range(LLOYD_ITERATIONS):
-        midpoints = (books[:, 1:] + books[:, :-1]) / 2  # a value equal to a midpoint takes the lower level
-        cuts = np.searchsorted(keys, np.arange(dim)[:, None] * span + midpoints, side="right")
-        edges = np.concatenate([starts[:-1, None], cuts, starts[1:, None]], axis=1)
-        sizes = np.diff(edges, axis=1)
-        books = np.where(sizes > 0, (prefix[edges[:, 1:]] - prefix[edges[:, :-1]]) / np.maximum(sizes, 1), books)
-    if dim > 1:
-        books[counts < levels] = fit_codebook(v, np.zeros(len(v), np.int64), 1, levels)[0]
-    return np.sort(books, axis=1).astype(np.float32)
+    float32, rows ascending; a feature seen fewer than ``levels`` times takes the codebook of all values pooled."""
+    return SortedValues(values, features, dim).codebook(levels)
+
+
+class SortedValues:
+    """The positive values of each feature sorted once (``fit_codebook``'s work for every level count): an
+    iteration of Lloyd cuts every feature's run at its midpoints (``searchsorted``) and sums the cells from prefix
+    sums, O(dim * levels * log n), not O(n * levels)."""
+
+    def __init__(self, values: np.ndarray, features: np.ndarray, dim: int) -> None:
+        keep = values > 0
+        v, f = values[keep].astype(np.float64), features[keep].astype(np.int64)
+        order = np.lexsort((v, f))
+        self.v, self.f, self.dim = v[order], f[order], dim
+        self.counts = np.bincount(self.f, minlength=dim)
+        self.starts = np.concatenate([[0], np.cumsum(self.counts)])
+        self.span = 2.0 * (self.v.max() - self.v.min() + 1.0) if len(v) else 1.0  # f * span + v ascend over the run
+        self.keys, self.prefix = self.f * self.span + self.v, np.concatenate([[0.0], np.cumsum(self.v)])
+
+    def codebook(self, levels: int) -> np.ndarray:
+        """(dim, levels) float32: each feature's Lloyd codebook, rows ascending (see ``fit_codebook``)."""
+        v, dim, counts, starts = self.v, self.dim, self.counts, self.starts
+        if not len(v):
+            return np.tile(np.linspace(0.0, 1.0, levels, dtype=np.float32), (dim, 1))
+        position = np.floor((np.arange(levels) + 0.5) / levels * np.maximum(counts, 1)[:, None]).astype(np.int64)
+        books = v[np.minimum(starts[:-1, None] + position, len(v) - 1)]
+        for _ in range(LLOYD_ITERATIONS):
+            midpoints = (books[:, 1:] + books[:, :-1]) / 2  # a value equal to a midpoint takes the lower level
+            cuts = np.searchsorted(self.keys, np.arange(dim)[:, None] * self.span + midpoints, side="right")
+            edges = np.concatenate([starts[:-1, None], cuts, starts[1:, None]], axis=1)
+            sizes = np.diff(edges, axis=1)
+            books = np.where(sizes > 0, (self.prefix[edges[:, 1:]] - self.prefix[edges[:, :-1]]) / np.maximum(sizes, 1),
+                             books)
+        if dim > 1:
+            books[counts < levels] = fit_codebook(v, np.zeros(len(v), np.int64), 1, levels)[0]
+        return np.sort(books, axis=1).astype(np.float32)
 
 
 def range_codebook(values: np.ndarray, features: np.ndarray, dim: int) -> np.ndarray:
@@ -206,8 +218,9 @@ def fit_value_tables(slots: Callable[[torch.Tensor, int], tuple[torch.Tensor, to
     for k in ks:
         row = np.zeros((hidden, 32), np.float32)
         v, f = values[:, :k], indices[:, :k]
+        sorted_values = SortedValues(v.ravel(), f.ravel(), hidden)  # sorted once for the four widths
         for bits in CODEBOOK_BITS:
-            row[:, CODEBOOK_COLUMNS[bits]] = fit_codebook(v.ravel(), f.ravel(), hidden, 2**bits)
+            row[:, CODEBOOK_COLUMNS[bits]] = sorted_values.codebook(2**bits)
         row[:, RANGE_COLUMNS] = range_codebook(v.ravel(), f.ravel(), hidden)
         books.append(row.astype(np.float16))
         for bits in MEASURED_BITS:
