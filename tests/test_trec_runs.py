@@ -125,3 +125,36 @@ def test_dataset_ids_and_judged_mask_are_checked() -> None:
         Dataset("d", corpus, queries, qrels, corpus_ids=np.array(["x", "x", "y"]))
     with pytest.raises(ValueError, match="relevant row"):
         Dataset("d", corpus, queries, qrels, judged=np.array([False, True]))
+
+
+def test_array_datasets_keep_their_ids_in_saved_runs_and_row_numbers_without(tmp_path: Path) -> None:
+    from adaptemb.datasets import read_dataset
+    from adaptemb.evaluate.runner import BenchConfig, run_bench
+    from adaptemb.evaluate.runs import save_runs
+
+    rng = np.random.default_rng(0)
+    corpus = rng.standard_normal((40, 8)).astype(np.float32)
+    gold = rng.choice(40, 6, replace=False)
+    arrays = {"corpus": corpus, "queries": corpus[gold] + 0.1, "gold": gold}
+    np.savez(tmp_path / "ids.npz", **arrays, corpus_ids=np.array([f"doc{i}" for i in range(40)]),
+             query_ids=np.array([f"q{i}" for i in range(6)]))
+    np.savez(tmp_path / "plain.npz", **arrays)
+    config = BenchConfig(methods=["int8"], rounds=1, warmup=0, batch_size=8, device="cpu", keep_rankings=True)
+    for name, first_query in (("ids", "q0"), ("plain", "0")):
+        data = read_dataset(tmp_path / f"{name}.npz")
+        saved = save_runs(run_bench(data, config), data, tmp_path / name)
+        line = saved.files["int8"].read_text().splitlines()[0].split()
+        assert line[0] == first_query and line[2] in data.row_ids("corpus")
+        assert line[2].startswith("doc") == (name == "ids") and line[2].removeprefix("doc").isdigit()
+        assert all(entry["max_abs_diff"] <= 1e-6 for entry in saved.check.values())
+    assert read_dataset(tmp_path / "ids.npz").corpus_ids[3] == "doc3"
+
+
+def test_ids_a_run_cannot_hold_fail_before_the_bench() -> None:
+    from adaptemb.evaluate.runs import check_run_ids
+
+    corpus = np.eye(3, dtype=np.float32)
+    qrels = sp.csr_matrix(([1.0], ([0], [0])), shape=(1, 3))
+    check_run_ids(Dataset("d", corpus, corpus[:1], qrels))  # row numbers are fine
+    with pytest.raises(ValueError, match="document id 'a b' is empty or holds whitespace"):
+        check_run_ids(Dataset("d", corpus, corpus[:1], qrels, corpus_ids=np.array(["a b", "c", "d"])))

@@ -154,6 +154,10 @@ def bench_command(
         warnings.simplefilter("ignore", UserWarning)
         dataset = load_dataset(data, seed=seed, progress=not quiet, backbone=backbone, split=split,
                                cache_dir=out / "embeddings", device=device, log=progress)
+    if save_runs:
+        from adaptemb.evaluate.runs import check_run_ids
+
+        check_run_ids(dataset)
     if names is None:
         config.methods = default_methods(fit_supervision(dataset) if fit_labels else (), matryoshka=matryoshka)
         _check_names(config.methods, param or [])

@@ -9,9 +9,10 @@ rows are the queries, judged against their exact top-10 neighbours, as for a cor
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,7 +29,7 @@ from adaptemb.datasets.embedding_cache import (
     texts_sha256,
     write_cache,
 )
-from adaptemb.datasets.formats import holdout_dataset, holdout_split
+from adaptemb.datasets.formats import holdout_dataset
 from adaptemb.encoders._common import ModelNotFoundError
 
 if TYPE_CHECKING:
@@ -94,11 +95,8 @@ def embed_task(task: TextTask, *, backbone: str | Path | None = None, cache_dir:
 
 def _corpus_only(task: TextTask, corpus: np.ndarray, seed: int, metadata: dict[str, str]) -> Dataset:
     """Held-out rows become the queries (``holdout_dataset``); ids follow their rows."""
-    dataset = holdout_dataset(corpus, name=task.name, labels=task.labels, seed=seed)
-    query_rows, corpus_rows = holdout_split(len(corpus), seed)
-    ids = np.array(task.corpus_ids)
-    return dataclasses.replace(dataset, query_ids=ids[query_rows], corpus_ids=ids[corpus_rows],
-                               description=f"{task.description}; {dataset.description}",
+    dataset = holdout_dataset(corpus, name=task.name, labels=task.labels, seed=seed, ids=np.array(task.corpus_ids))
+    return dataclasses.replace(dataset, description=f"{task.description}; {dataset.description}",
                                metadata={**dataset.metadata, **metadata}, notes=list(task.notes))
 
 
@@ -141,10 +139,26 @@ class _Embedder:
 
         if self.encoder is None:
             start = time.perf_counter()
-            self.encoder = load_text_encoder(self.folder, device=self.device)
+            with _loading_bars(self.progress):
+                self.encoder = load_text_encoder(self.folder, device=self.device)
             self.log(f"loaded {self.folder} in {time.perf_counter() - start:.1f} s")
         return self.encoder
 
     def _say(self, line: str) -> None:
         self.notes.append(line)
         self.log(line)
+
+
+@contextlib.contextmanager
+def _loading_bars(shown: bool) -> Iterator[None]:
+    """transformers' weight-loading bar, off unless ``shown`` (restored afterwards)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    if not shown:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()

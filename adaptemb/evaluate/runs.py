@@ -18,7 +18,7 @@ from typing import Any
 from adaptemb.datasets import Dataset
 from adaptemb.evaluate.context import BenchResult
 from adaptemb.evaluate.metrics import Row
-from adaptemb.evaluate.trec import qrels_of, read_run, trec_metrics, write_run
+from adaptemb.evaluate.trec import check_tokens, qrels_of, read_run, trec_metrics, write_run
 from adaptemb.serialization import atomic_write
 
 RUNS_FOLDER = "runs"
@@ -63,6 +63,12 @@ def unique_names(rows: list[Row]) -> list[str]:
     return names
 
 
+def check_run_ids(data: Dataset) -> None:
+    """Fail before a bench whose runs could not be written: every query and document id must be one token."""
+    check_tokens(data.row_ids("queries"), f"dataset {data.name!r}: query id")
+    check_tokens(data.row_ids("corpus"), f"dataset {data.name!r}: document id")
+
+
 def save_runs(result: BenchResult, data: Dataset, out: str | Path) -> SavedRuns:
     """Write every kept ranking of ``result`` (``BenchConfig.keep_rankings``) to ``out/runs/`` and check each file
     with pytrec_eval when it is installed (see the module docstring)."""
@@ -85,7 +91,8 @@ def save_runs(result: BenchResult, data: Dataset, out: str | Path) -> SavedRuns:
     if stale:
         saved.notes.append(f"runs: removed {len(stale)} run file(s) of an earlier bench in {folder}")
     depth = max(ranking[1].shape[1] for _, ranking in result.rankings)
-    where = f"{len(files)} TREC run files (depth {depth}, {'the dataset' if data.query_ids is not None else 'row-number'} ids) in {folder}"
+    ids = "the dataset's ids" if data.query_ids is not None else "row numbers as ids"
+    where = f"{len(files)} TREC run files (depth {depth}, {ids}) in {folder}"
     try:
         saved.check = check_runs(files, rows, qrels_of(data.qrels, query_ids, doc_ids, data.judged))
     except ModuleNotFoundError as err:

@@ -53,7 +53,7 @@ def run_lines(ranking: TopK, query_ids: Sequence[str], doc_ids: Sequence[str], t
     scores, rows = (np.asarray(part) for part in ranking)
     if scores.shape != rows.shape or rows.shape[0] != len(query_ids):
         raise ValueError(f"ranking of shape {rows.shape} (scores {scores.shape}) for {len(query_ids)} queries")
-    _check_tokens([tag], "tag")
+    check_tokens([tag], "tag")
     written, raised = strictly_decreasing(scores)
     values, ids = written.tolist(), rows.tolist()
     lines = []
@@ -69,8 +69,8 @@ def run_lines(ranking: TopK, query_ids: Sequence[str], doc_ids: Sequence[str], t
 def write_run(path: str | Path, ranking: TopK, query_ids: Sequence[str], doc_ids: Sequence[str], tag: str) -> int:
     """Write ``ranking`` as a TREC run file, atomically (see the module docstring); returns ``run_lines``' count of
     scores out of rank order. Ids must be free of whitespace (a run's columns are separated by it)."""
-    _check_tokens(query_ids, "query id")
-    _check_tokens(doc_ids, "document id")
+    check_tokens(query_ids, "query id")
+    check_tokens(doc_ids, "document id")
     lines, raised = run_lines(ranking, query_ids, doc_ids, tag)
     atomic_write(path, lambda tmp: tmp.write_text("".join(lines), encoding="utf-8"))
     return raised
@@ -124,7 +124,8 @@ def trec_metrics(run: Mapping[str, Mapping[str, float]], qrels: Qrels) -> dict[s
             "recip_rank_10": mean(reciprocal, "recip_rank")}
 
 
-def _check_tokens(values: Iterable[str], what: str) -> None:
+def check_tokens(values: Iterable[str], what: str) -> None:
+    """A clear error for an empty value or one holding whitespace (a TREC file's columns are split on it)."""
     bad = next((value for value in values if not value or any(char.isspace() for char in value)), None)
     if bad is not None:
         raise ValueError(f"{what} {bad!r} is empty or holds whitespace; a TREC run's columns are separated by "
