@@ -55,6 +55,8 @@ def load_dataset(
 
 def _text_task(path: Path, split: str | None, progress: bool):  # type: ignore[no-untyped-def]
     """The ``TextTask`` of a BEIR folder or a file of texts, None for any other source."""
+    if not (path.is_dir() or path.suffix.lower() == ".jsonl"):
+        return None
     from adaptemb.datasets.beir import DEFAULT_SPLIT, is_beir_folder, read_beir
     from adaptemb.datasets.texts import is_text_file, read_texts
 
