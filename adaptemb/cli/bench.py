@@ -14,7 +14,7 @@ from rich.console import Console
 
 from adaptemb.cli.app import app
 from adaptemb.cli.errors import friendly_errors
-from adaptemb.cli.options import flag, parse_ints
+from adaptemb.cli.options import TextBackboneOption, flag, parse_ints
 from adaptemb.config import parse_params
 from adaptemb.devices import Device
 
@@ -77,7 +77,13 @@ def _check_names(names: list[str], params: list[str]) -> None:
 @app.command("bench")
 @friendly_errors
 def bench_command(
-    data: Annotated[str, typer.Option("--data", help="Dataset file, folder or built-in name.")] = "default",
+    data: Annotated[str, typer.Option("--data", help="Dataset file, folder or built-in name; or text data, embedded "
+                                      "with --backbone: a BEIR folder or a .jsonl file of texts.")] = "default",
+    backbone: TextBackboneOption = None,
+    split: Annotated[str | None, typer.Option("--split", help="BEIR folder: the qrels split to evaluate "
+                                              "(qrels/SPLIT.tsv; default test).")] = None,
+    save_runs: Annotated[bool, flag("save-runs", "Write each row's ranking (depth 100) as a TREC run file, "
+                                    "OUT/runs/NAME.trec, and check them with pytrec_eval.")] = False,
     methods: Annotated[str | None, typer.Option(
         "--methods", help="Comma list of registered methods or compositions such as svd+binary (default: every "
         "registered method and the default compositions, see docs/bench.md; `adaptemb plugins` lists them).")] = None,
@@ -145,15 +151,25 @@ def bench_command(
     config = BenchConfig(methods=names or [], budgets=parse_ints(budgets or DEFAULT_BUDGETS, "--budgets"), bytes=byte_budgets,
                          device=device, rerank=rerank, shortlist=shortlist, seed=seed, rounds=rounds, warmup=warmup,
                          batch_size=batch_size, method_params=method_params(param or []), fit_progress=False,
-                         fit_labels=fit_labels, scale=scale_config)
-    console.print(f"[dim]- loading dataset {data}[/dim]")
+                         fit_labels=fit_labels, scale=scale_config, keep_rankings=save_runs)
+    log = (lambda msg: console.print(f"[dim]- {msg}[/dim]"))
+    log(f"loading dataset {data}")
     with warnings.catch_warnings():  # ignored extra arrays become a note of the report instead
         warnings.simplefilter("ignore", UserWarning)
-        dataset = load_dataset(data, seed=seed, progress=not quiet)
+        dataset = load_dataset(data, seed=seed, progress=not quiet, backbone=backbone, split=split,
+                               cache_dir=out / "embeddings", device=device, log=log)
+    if save_runs:
+        from adaptemb.evaluate.runs import check_run_ids
+
+        check_run_ids(dataset)
     if names is None:
         config.methods = default_methods(fit_supervision(dataset) if fit_labels else (), matryoshka=matryoshka)
         _check_names(config.methods, param or [])
     result = run_bench(dataset, config, progress=None if quiet else StepBar(console))
+    if save_runs:
+        from adaptemb.evaluate.runs import save_runs as write_runs
+
+        result.notes.extend(write_runs(result, dataset, out).notes)
     files = write_report(result, out)
     # piped output without COLUMNS: do not squeeze the table
     stdout = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 220)

@@ -73,6 +73,7 @@ def run_bench(data: Dataset, config: BenchConfig,
     ctx = _prepare(data, config, StepLog(progress, planned=_planned_steps(config)))
     if data.metadata.get("ignored_arrays"):
         ctx.notes.append(f"dataset: ignored array(s) {data.metadata['ignored_arrays']} (not dataset arrays)")
+    ctx.notes.extend(data.notes)
     rows = [_reference_row(ctx)]
     for name in config.methods:
         rows.extend(_bench_method(name, ctx))
@@ -100,6 +101,7 @@ def run_bench(data: Dataset, config: BenchConfig,
         total_s=time.perf_counter() - start,
         scale=scale,
         steps=ctx.steps.finish(),
+        rankings=ctx.rankings,
     )
 
 
@@ -227,7 +229,7 @@ def _fit(compressor: Compressor, ctx: RunContext) -> float:
 
 
 def _dataset_info(data: Dataset) -> dict[str, Any]:
-    judged = int((np.asarray((data.qrels > 0).sum(axis=1)).ravel() > 0).sum())
+    judged = int(data.evaluated().sum())
     return {
         "name": data.name, "corpus": len(data.corpus), "queries": len(data.queries), "dim": data.dim,
         "judged_queries": judged, "labels": data.labels is not None, "query_labels": data.query_labels is not None,
@@ -242,12 +244,13 @@ def _reference_row(ctx: RunContext) -> Row:
     ctx.steps.start("reference", f"{REFERENCE}: exact search on the full-precision embeddings", method=REFERENCE)
     docs, queries = DenseCodes(ctx.corpus), DenseCodes(ctx.queries)
     index, build_s = timed(lambda: build_index(docs, device=ctx.device, query_batch=ctx.config.batch_size))
-    _, ids = index.search(queries, ctx.config.depth)
+    scores, ids = index.search(queries, ctx.config.depth)
     ctx.exact_ids = ids[:, :10]
     loo = DenseCodes(ctx.corpus[ctx.loo_rows]) if ctx.loo_rows is not None else None
     row = _measure(ctx, index, queries, ids, docs, loo)
-    return {"method": REFERENCE, "k": None, "variant": "reference", **row, "fit_s": 0.0, "encode_vectors_per_s": None,
-            "index_build_s": build_s, "note": "exact inner product on the float32 embeddings"}
+    return ctx.keep_ranking({"method": REFERENCE, "k": None, "variant": "reference", **row, "fit_s": 0.0,
+                             "encode_vectors_per_s": None, "index_build_s": build_s,
+                             "note": "exact inner product on the float32 embeddings"}, scores, ids)
 
 
 def _bench_method(name: str, ctx: RunContext) -> list[Row]:
@@ -341,7 +344,7 @@ def _bench_budget(compressor: Compressor, k: int | None, fit_s: float, ctx: RunC
         ctx.notes.append(f"{compressor.name}: {kinds}; searched by brute force through score()")
     # an index with a rerank stage needs the float queries; every other one is timed on query codes
     query_codes = ctx.queries if index.second_stage is not None else index.encode_queries(ctx.queries)
-    _, ids = index.search(query_codes, ctx.config.depth)
+    scores, ids = index.search(query_codes, ctx.config.depth)
     loo = None
     if ctx.loo_rows is not None:
         loo = ctx.corpus[ctx.loo_rows] if index.second_stage is not None else index.encode_queries(ctx.corpus[ctx.loo_rows])
@@ -350,14 +353,17 @@ def _bench_budget(compressor: Compressor, k: int | None, fit_s: float, ctx: RunC
         "fit_s": fit_s, "encode_vectors_per_s": len(ctx.corpus) / max(encode_s, 1e-9),
         "index_build_s": build_s, "fit_report": _jsonable(compressor.fit_report),
     }
-    rows = [{**base, "variant": "codes", **_measure(ctx, index, query_codes, ids, doc_codes, loo), "note": ""}]
+    rows = [ctx.keep_ranking({**base, "variant": "codes", **_measure(ctx, index, query_codes, ids, doc_codes, loo),
+                              "note": ""}, scores, ids)]
     if ctx.config.rerank:
         rows.extend(rerank_rows(compressor, index, query_codes, doc_codes, base, ctx))
     return rows
 
 
 def _measure(ctx: RunContext, index: Any, queries: Codes | np.ndarray, ids: np.ndarray, docs: Codes, loo: Any) -> Row:
-    metrics = {**evaluate_ranking(ids, ctx.data.qrels).as_dict(), PER_QUERY_NDCG: judged_ndcg_at_10(ids, ctx.data.qrels)}
+    judged = ctx.data.judged
+    metrics = {**evaluate_ranking(ids, ctx.data.qrels, judged).as_dict(),
+               PER_QUERY_NDCG: judged_ndcg_at_10(ids, ctx.data.qrels, judged)}
     latency = time_search(index.search, queries, batch_size=ctx.config.batch_size, warmup=ctx.config.warmup,
                           rounds=ctx.config.rounds)
     dim = ctx.corpus.shape[1]
