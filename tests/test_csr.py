@@ -366,3 +366,22 @@ def test_pairs_learn_a_query_map_that_is_saved(data, tmp_path) -> None:
     found = compressor.index(docs).search(queries, 1)[1][:, 0]
     found_without = without.index(without.encode(x)).search(queries, 1)[1][:, 0]
     assert (found == np.arange(200)).mean() >= (found_without == np.arange(200)).mean()
+
+
+def test_pairs_that_do_not_help_are_declined_and_the_fit_is_the_one_without_them(data) -> None:
+    """Pairs whose queries are noise, unrelated to their documents: the confirming share finds no gain, the fit
+    report says the pairs were declined, and the codes are those of the fit without pairs."""
+    from adaptemb_plugins.csr_supervision import CONFIRM_MIN_GAIN
+
+    x, _ = data
+    rng = np.random.default_rng(5)
+    noise = rng.normal(size=(200, x.shape[1])).astype(np.float32)
+    params = {**SMALL, "epochs": 2, "supervised_epochs": 3}
+    compressor = adaptemb.fit(x, "csr", pairs=(noise, x[rng.permutation(len(x))[:200]]), **params)
+    supervised = compressor.fit_report["extra"]["supervised"]
+    assert supervised["kept"] is False and supervised["decision"].startswith("declined")
+    assert supervised["confirm_queries"] == 40 and supervised["confirm_gain_interval"][0] <= CONFIRM_MIN_GAIN
+    without = adaptemb.fit(x, "csr", **params)
+    assert_same_codes(compressor.encode(x), without.encode(x))
+    assert_same_codes(compressor.encode(x, k=4), without.encode(x, k=4))
+    np.testing.assert_array_equal(compressor.encode_queries(x[:20]).values, without.encode_queries(x[:20]).values)
