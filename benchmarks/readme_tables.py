@@ -10,6 +10,10 @@ and its smallest row above them (fixed-size codes). Both start with a line namin
 ``--links-from``, the folder of the Markdown file: ``.`` for the README, ``docs`` for docs/results.md), its data and
 the float32 reference. NDCG@10, margins and ms per query are printed to 4 decimals, as the bench's report.md prints
 them.
+
+After a new default record: paste the recommendation table into the README's "Which code at which budget" (links
+from ``.``), both tables into docs/results.md (``--links-from docs``), and copy the record's ``pareto.png`` to
+``docs/img/bench-default-pareto.png``.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import numpy as np
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from adaptemb.datasets import Dataset
 from adaptemb.evaluate.colours import method_colours
 from adaptemb.evaluate.columns import (
     COLUMNS,
@@ -26,13 +27,11 @@ from adaptemb.evaluate.columns import (
     cell_text,
     recommendation_cells,
 )
-from adaptemb.datasets import Dataset
 from adaptemb.evaluate.context import BenchResult
 from adaptemb.evaluate.machine import describe
 from adaptemb.evaluate.metrics import PER_QUERY_NDCG, Row
 from adaptemb.evaluate.recommend import SEARCH_TIE, TOLERANCE, pareto_front, row_label
 from adaptemb.serialization import atomic_write
-
 
 PER_QUERY_FILE = "per_query.npz"
 """Written beside ``results.json``: each row's per-query NDCG@10 (``PER_QUERY_NDCG``) as a float32 array named
