@@ -128,7 +128,7 @@ def bench_command(
     """Benchmark compression methods on a dataset: NDCG@10, recall, MRR, 1-NN, bytes/vector, latency."""
     from adaptemb.cli.steps import StepBar
     from adaptemb.datasets import load_dataset
-    from adaptemb.evaluate.report import write_report
+    from adaptemb.evaluate.report import evaluated_query_ids, write_report
     from adaptemb.evaluate.runner import BenchConfig, fit_supervision, run_bench
     from adaptemb.evaluate.scale import ScaleConfig
     from adaptemb.evaluate.terminal import print_summary, print_table
@@ -170,7 +170,7 @@ def bench_command(
         from adaptemb.evaluate.runs import save_runs as write_runs
 
         result.notes.extend(write_runs(result, dataset, out).notes)
-    files = write_report(result, out)
+    files = write_report(result, out, query_ids=evaluated_query_ids(dataset))
     # piped output without COLUMNS: do not squeeze the table
     stdout = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 220)
     print_table(result, stdout, wide=wide, all_rows=all_rows)

@@ -69,7 +69,7 @@ def ndcg_at_k(ranked_ids: np.ndarray, qrels: sp.csr_matrix, k: int = 10) -> np.n
 
 PER_QUERY_NDCG = "ndcg_at_10_per_query"
 """The row key of a bench row's per-query NDCG@10 (``judged_ndcg_at_10``), kept for the recommendation's paired
-bootstrap; in results.json, not printed."""
+bootstrap; written to per_query.npz beside results.json (``adaptemb.evaluate.report.write_json``), not printed."""
 
 
 def judged_ndcg_at_10(ranked_ids: np.ndarray, qrels: sp.csr_matrix, judged: np.ndarray | None = None) -> list[float]:

@@ -1,20 +1,23 @@
-"""Bench files: JSON and CSV (every number + the machine), PNG plots, a Markdown report (``write_report``). The
-terminal's tables are ``adaptemb.evaluate.terminal``'s. Every plot colours a method the same way
-(``adaptemb.evaluate.colours.method_colour``).
+"""Bench files: JSON and CSV (every number + the machine), the per-query NDCG@10 in a compressed ``per_query.npz``,
+PNG plots, a Markdown report (``write_report``). The terminal's tables are ``adaptemb.evaluate.terminal``'s. Every
+plot colours a method the same way (``adaptemb.evaluate.colours.method_colour``).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from adaptemb.datasets import Dataset
 from adaptemb.evaluate.colours import method_colours
 from adaptemb.evaluate.columns import (
     COLUMNS,
@@ -30,11 +33,59 @@ from adaptemb.evaluate.metrics import PER_QUERY_NDCG, Row
 from adaptemb.evaluate.recommend import SEARCH_TIE, TOLERANCE, pareto_front, row_label
 from adaptemb.serialization import atomic_write
 
+PER_QUERY_FILE = "per_query.npz"
+"""Written beside ``results.json``: each row's per-query NDCG@10 (``PER_QUERY_NDCG``) as a float32 array named
+``row_<i>`` (``rows[i]``) or ``scale_<i>`` (``scale[i]``), and ``query_ids`` when the dataset has ids."""
 
-def write_json(result: BenchResult, path: Path) -> Path:
-    """Everything: dataset, config, machine, rows (with fit reports), notes, scale sweep."""
-    text = json.dumps(result.as_dict(), indent=2, default=str) + "\n"
+
+def write_json(result: BenchResult, path: Path, *, query_ids: Sequence[str] | None = None) -> Path:
+    """Everything but the per-query lists: dataset, config, machine, rows (with fit reports), notes, scale sweep.
+
+    The rows' per-query NDCG@10 go to ``PER_QUERY_FILE`` beside ``path`` (``write_per_query``), with ``query_ids``
+    (the ids of the queries the main rows' values are over, ``evaluated_query_ids``); a stale one is removed when
+    no row has them."""
+    data = result.as_dict()
+    arrays = split_per_query(data)
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    beside = path.with_name(PER_QUERY_FILE)
+    if arrays:
+        write_per_query(arrays, beside, query_ids=query_ids)
+    else:
+        beside.unlink(missing_ok=True)
     return atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def split_per_query(data: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Take the per-query NDCG@10 lists out of a results dict's ``rows`` and ``scale`` rows (in place), as float32
+    arrays named ``row_<i>`` / ``scale_<i>`` after the row's index."""
+    arrays: dict[str, np.ndarray] = {}
+    for section, prefix in (("rows", "row"), ("scale", "scale")):
+        for i, row in enumerate(data.get(section) or []):
+            values = row.pop(PER_QUERY_NDCG, None)
+            if values is not None:
+                arrays[f"{prefix}_{i}"] = np.asarray(values, dtype=np.float32)
+    return arrays
+
+
+def write_per_query(arrays: dict[str, np.ndarray], path: Path, *, query_ids: Sequence[str] | None = None) -> Path:
+    """``arrays`` (and ``query_ids`` as strings) into one compressed ``.npz`` (``np.load`` reads it, no pickle)."""
+    named = dict(arrays)
+    if query_ids is not None:
+        named["query_ids"] = np.asarray([str(q) for q in query_ids], dtype=str)
+
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as f:  # a file object: numpy would append ".npz" to the temporary name
+            np.savez_compressed(f, **named)
+
+    return atomic_write(path, write)
+
+
+def evaluated_query_ids(data: Dataset) -> list[str] | None:
+    """The dataset's own ids of the queries a row's per-query values are over (``Dataset.evaluated``, in order);
+    None for a dataset without query ids (the values are then in the order of the queries with a relevant row)."""
+    if data.query_ids is None:
+        return None
+    return [str(q) for q, evaluated in zip(data.query_ids.tolist(), data.evaluated()) if evaluated]
 
 
 def write_csv(result: BenchResult, path: Path) -> Path:
@@ -225,11 +276,12 @@ def _recommendation_markdown(entries: list[Row]) -> list[str]:
     return lines
 
 
-def write_report(result: BenchResult, out_dir: Path) -> dict[str, Path]:
-    """Write JSON, CSV, the PNG plots and ``report.md`` into ``out_dir``; return their paths."""
+def write_report(result: BenchResult, out_dir: Path, *, query_ids: Sequence[str] | None = None) -> dict[str, Path]:
+    """Write JSON (and ``per_query.npz``, with ``query_ids``: ``write_json``), CSV, the PNG plots and ``report.md``
+    into ``out_dir``; return their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {
-        "json": write_json(result, out_dir / "results.json"),
+        "json": write_json(result, out_dir / "results.json", query_ids=query_ids),
         "csv": write_csv(result, out_dir / "results.csv"),
         "quality_vs_bytes": plot_quality(result, out_dir / "quality_vs_bytes.png", x="bytes_per_vector",
                                          xlabel="bytes per vector"),
@@ -237,6 +289,8 @@ def write_report(result: BenchResult, out_dir: Path) -> dict[str, Path]:
                                            xlabel="ms per query"),
         "pareto": plot_pareto(result, out_dir / "pareto.png"),
     }
+    if (out_dir / PER_QUERY_FILE).is_file():
+        files["per_query"] = out_dir / PER_QUERY_FILE
     if result.scale:
         files["scale"] = plot_scale(result, out_dir / "scale.png")
     files["markdown"] = write_markdown(result, out_dir / "report.md", files)
