@@ -114,7 +114,8 @@ def bench_command(
     scale_check: Annotated[int, typer.Option(
         "--scale-check", min=0, help="--scale: check each index's top-10 against brute force through score() "
         "on this many queries.")] = 0,
-    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Timed rounds per latency measurement.")] = 5,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Timed rounds per latency measurement (the median is "
+                                                           "reported; more for a tighter spread).")] = 3,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Warm-up rounds before timing.")] = 1,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Queries per timed batch.")] = 512,
     param: Annotated[list[str] | None, typer.Option(

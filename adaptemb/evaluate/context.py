@@ -36,7 +36,7 @@ class BenchConfig:
     seed: int = 0
     batch_size: int = 512
     warmup: int = 1
-    rounds: int = 5
+    rounds: int = 3
     loo_queries: int = 1000
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     fit_progress: bool = True
