@@ -41,6 +41,7 @@ from debian_embed import embed_in_chunks  # sibling benchmark modules (benchmark
 from debian_sources import DESCRIPTIONS, build_sentences, download_packages, merge_sentences
 from records import write_record
 
+from adaptemb.datasets import cache_dir
 from adaptemb.evaluate.machine import machine_info
 
 DEFAULT_PACKAGES = (
@@ -59,9 +60,9 @@ SEED = 0
 
 
 def default_out_dir() -> Path:
-    """``$XDG_CACHE_HOME/adaptemb/debian-corpus`` (``~/.cache/...`` when the variable is unset)."""
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "adaptemb" / "debian-corpus"
+    """``debian-corpus`` in adaptemb's cache folder (``$ADAPTEMB_CACHE``, else ``$XDG_CACHE_HOME/adaptemb``, else
+    ``~/.cache/adaptemb``)."""
+    return cache_dir() / "debian-corpus"
 
 
 def load(out_dir: str | Path | None = None, embedding: str = "static-256",

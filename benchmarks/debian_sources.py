@@ -86,12 +86,14 @@ def _package_job(package: str, deb: str, out: str) -> dict[str, Any]:
     scratch = Path(tempfile.mkdtemp(dir=out, prefix=f".extract-{package}-"))
     try:
         _run(["dpkg-deb", "-x", deb, str(scratch)])
-        sentences = list(package_sentences(scratch))
+        seen = Deduplicator()
+        sentences = list(package_sentences(scratch, seen))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     _write_sentences(target / f"{package}.txt.gz", sentences)
     return {"package": package, "version": deb_version(Path(deb)), "deb": Path(deb).name,
             "deb_bytes": Path(deb).stat().st_size, "sentences": len(sentences),
+            "duplicates_in_package": seen.offered - len(sentences),
             "seconds": round(time.perf_counter() - start, 1)}
 
 
@@ -116,6 +118,7 @@ def _descriptions_job(out: str) -> dict[str, Any]:
     _write_sentences(Path(out) / "sentences" / f"{DESCRIPTIONS}.txt.gz", sentences)
     return {"package": DESCRIPTIONS, "version": "+".join(sorted(Path(file).name.split("_")[3] for file in files)),
             "indexes": [Path(file).name for file in sorted(files)], "sentences": len(sentences),
+            "duplicates_in_package": seen.offered - len(sentences),
             "seconds": round(time.perf_counter() - start, 1)}
 
 

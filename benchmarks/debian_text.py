@@ -187,9 +187,10 @@ def file_paragraphs(path: Path) -> Iterable[str]:
     return [] if reader is None else reader(text)
 
 
-def package_sentences(root: Path) -> Iterator[str]:
-    """Every kept sentence of an extracted package's files, deduplicated within the package (first one wins)."""
-    seen = Deduplicator()
+def package_sentences(root: Path, seen: Deduplicator | None = None) -> Iterator[str]:
+    """Every kept sentence of an extracted package's files, deduplicated within the package (first one wins);
+    ``seen`` (a fresh one by default) counts what was offered."""
+    seen = Deduplicator() if seen is None else seen
     for path in _wanted_files(root):
         for sentence in sentences_of(file_paragraphs(path)):
             if seen.is_new(sentence):

@@ -138,8 +138,10 @@ def test_package_sentences_skip_sources_other_languages_and_duplicates(tmp_path:
     _write(tmp_path / "usr/share/doc/p/html/de-DE/index.html", "<p>The German tree is skipped by its folder name.</p>")
     with gzip.open(tmp_path / "usr/share/doc/p/notes.txt.gz", "wt") as handle:
         handle.write("This gzipped text file is read like any other.\n")
-    assert list(package_sentences(tmp_path)) == ["The library reads every file of the folder in order.",
-                                                 "This gzipped text file is read like any other."]
+    seen = Deduplicator()
+    assert list(package_sentences(tmp_path, seen)) == ["The library reads every file of the folder in order.",
+                                                       "This gzipped text file is read like any other."]
+    assert seen.offered == 3
 
 
 @pytest.mark.skipif(not Path("/usr/share/wordnet/data.verb").is_file(), reason="wordnet-base is not installed")
