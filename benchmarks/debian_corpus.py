@@ -15,8 +15,8 @@ Stages (each resumable: a stage whose output exists is skipped, and every output
    with seed 0, cut to ``--target-rows``.
 4. ``DIR/static-256/`` (a model2vec model distilled from the packaged all-MiniLM-L6-v2, 256 PCA dimensions) and
    ``DIR/static-256.npy``: every sentence, float32, unit rows.
-5. ``DIR/minilm-384-200k.npy`` (``200k`` being ``--subset-rows``): the first ``--subset-rows`` sentences embedded by all-MiniLM-L6-v2 itself
-   (float32, unit rows), in resumable chunks.
+5. ``DIR/minilm-384-200k.npy`` (``200k`` being ``--subset-rows``): the first ``--subset-rows`` sentences
+   embedded by all-MiniLM-L6-v2 itself (float32, unit rows), in resumable chunks.
 6. ``DIR/split.json``: for each embedding file, which rows are the corpus, the held-out queries and the fit sample
    (see ``load``), and ``DIR/manifest.json``: packages, versions, counts, model versions, times, machine and load
    (also copied to ``--record``, by default ``benchmarks/results/debian_corpus.json``).
@@ -72,9 +72,9 @@ def load(out_dir: str | Path | None = None, embedding: str = "static-256",
     The sentences were shuffled with a fixed seed before embedding, so contiguous slices are random samples.
     ``split.json`` fixes them for every benchmark: the queries are the file's last rows (10,000 of
     ``static-256``, 2,000 of ``minilm-384-200k``; a tenth of the rows if that is fewer), held out of the corpus,
-    which is every row before them; the fit sample is the corpus's first 100,000 rows (all of it when smaller). ``embedding`` is a name in
-    ``split.json`` (``static-256`` or ``minilm-384-200k``); row ``i`` of the file is sentence ``id == i``
-    of ``sentences.parquet``."""
+    which is every row before them; the fit sample is the corpus's first 100,000 rows (all of it when smaller).
+    ``embedding`` is a name in ``split.json`` (``static-256`` or ``minilm-384-200k``); row ``i`` of the file is
+    sentence ``id == i`` of ``sentences.parquet``."""
     folder = Path(out_dir) if out_dir is not None else default_out_dir()
     split_path = folder / "split.json"
     if not split_path.is_file():

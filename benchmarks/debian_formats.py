@@ -19,8 +19,14 @@ _INDENTED_CODE = 8
 class _HtmlText(HTMLParser):
     """Collects the text of an HTML page as paragraphs, one per block element."""
 
-    BLOCKS = frozenset(["p", "div", "li", "dd", "dt", "h1", "h2", "h3", "h4", "h5", "h6", "br", "td", "th", "tr", "section", "article", "blockquote", "ul", "ol", "dl", "body", "figcaption", "caption", "header", "footer", "main", "aside", "hr"])
-    SKIPPED = frozenset(["pre", "script", "style", "head", "nav", "table", "title", "svg", "math", "textarea", "select"])
+    BLOCKS = frozenset({
+        "p", "div", "li", "dd", "dt", "h1", "h2", "h3", "h4", "h5", "h6", "br", "td", "th", "tr", "section",
+        "article", "blockquote", "ul", "ol", "dl", "body", "figcaption", "caption", "header", "footer",
+        "main", "aside", "hr"
+    })
+    SKIPPED = frozenset({
+        "pre", "script", "style", "head", "nav", "table", "title", "svg", "math", "textarea", "select"
+    })
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -60,14 +66,24 @@ def html_paragraphs(text: str) -> list[str]:
 
 
 # --- roff (man(7) and mdoc(7)) -------------------------------------------------------------------------------
-_ROFF_BREAKS = frozenset(["SH", "SS", "PP", "LP", "P", "IP", "TP", "HP", "sp", "br", "RS", "RE", "Pp", "Sh", "Ss", "Bl", "El", "It", "Lp", "Nd", "TH", "Dd", "Dt", "Os"])
-_ROFF_TEXT = frozenset(["B", "I", "BR", "RB", "IR", "RI", "BI", "IB", "SM", "SB", "UR", "UE", "MT", "ME"])
-_MDOC_TEXT = frozenset(["Nm", "Ar", "Fl", "Cm", "Pa", "Va", "Dv", "Er", "Ev", "Fn", "Fa", "Ft", "Li", "Ql", "Dq", "Sq", "Pq", "Qq", "Em", "Sy", "Xr", "Ic", "An", "Tn", "No", "Ns", "Aq", "Bq", "Op", "Ox", "Fx", "Nx", "Bx", "Bsx", "At", "St", "Lb", "In", "Vt", "Mt", "Lk", "Xo", "Xc", "Sx", "Ad", "Ms", "Ot", "Brq", "Ux", "Nx"])
+_ROFF_BREAKS = frozenset({
+    "SH", "SS", "PP", "LP", "P", "IP", "TP", "HP", "sp", "br", "RS", "RE", "Pp", "Sh", "Ss", "Bl", "El", "It",
+    "Lp", "Nd", "TH", "Dd", "Dt", "Os"
+})
+_ROFF_TEXT = frozenset({
+    "B", "I", "BR", "RB", "IR", "RI", "BI", "IB", "SM", "SB", "UR", "UE", "MT", "ME"
+})
+_MDOC_TEXT = frozenset({
+    "Nm", "Ar", "Fl", "Cm", "Pa", "Va", "Dv", "Er", "Ev", "Fn", "Fa", "Ft", "Li", "Ql", "Dq", "Sq", "Pq",
+    "Qq", "Em", "Sy", "Xr", "Ic", "An", "Tn", "No", "Ns", "Aq", "Bq", "Op", "Ox", "Fx", "Nx", "Bx", "Bsx",
+    "At", "St", "Lb", "In", "Vt", "Mt", "Lk", "Xo", "Xc", "Sx", "Ad", "Ms", "Ot", "Brq", "Ux"
+})
 _ROFF_SKIP_REGIONS = {"nf": "fi", "EX": "EE", "TS": "TE", "EQ": "EN", "PS": "PE", "Bd": "Ed", "de": "."}
 _ROFF_ESCAPES = [
     (re.compile(r"\\f(?:\[[^\]]*\]|\(..|.)"), ""),       # font changes
     (re.compile(r"\\\*(?:\[[^\]]*\]|\(..|.)"), ""),      # strings
-    (re.compile(r"\\\((?:em|en)"), "-"), (re.compile(r"\\\((?:lq|rq|dq)"), '"'), (re.compile(r"\\\((?:aq|oq|cq)"), "'"),
+    (re.compile(r"\\\((?:em|en)"), "-"), (re.compile(r"\\\((?:lq|rq|dq)"), '"'),
+    (re.compile(r"\\\((?:aq|oq|cq)"), "'"),
     (re.compile(r"\\\(.."), ""), (re.compile(r"\\\[[^\]]*\]"), ""),
     (re.compile(r"\\s[+-]?\d+"), ""), (re.compile(r"\\[-]"), "-"), (re.compile(r"\\e"), "\\\\"),
     (re.compile(r"\\[&|^c%:]"), ""), (re.compile(r"\\ "), " "), (re.compile(r"\\\"(.*)$"), ""),

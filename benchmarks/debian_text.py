@@ -42,11 +42,20 @@ MAX_WORDS = 60
 MIN_LETTER_SHARE = 0.75
 MAX_NON_ASCII_LETTER_SHARE = 0.05
 MIN_FUNCTION_WORD_SHARE = 0.12
-FUNCTION_WORDS = frozenset(
-    ["the", "a", "an", "of", "to", "in", "is", "are", "was", "were", "be", "been", "and", "or", "but", "not", "for", "with", "that", "this", "these", "those", "it", "its", "by", "on", "as", "at", "from", "if", "then", "than", "which", "who", "whom", "what", "when", "where", "can", "may", "must", "should", "will", "would", "has", "have", "had", "do", "does", "no", "all", "any", "each", "such", "into", "only", "also", "more", "most", "other", "some", "there", "their", "they", "you", "your", "we", "our", "he", "his", "she", "her"])
+FUNCTION_WORDS = frozenset({
+    "the", "a", "an", "of", "to", "in", "is", "are", "was", "were", "be", "been", "and", "or", "but", "not", "for",
+    "with", "that", "this", "these", "those", "it", "its", "by", "on", "as", "at", "from", "if", "then", "than",
+    "which", "who", "whom", "what", "when", "where", "can", "may", "must", "should", "will", "would", "has", "have",
+    "had", "do", "does", "no", "all", "any", "each", "such", "into", "only", "also", "more", "most", "other",
+    "some", "there", "their", "they", "you", "your", "we", "our", "he", "his", "she", "her"
+})
 CODE_TOKENS = ("{", "}", "==", "=>", "->", "&&", "||", "::", "</", "/>", "$(", "#include", "0x")
-ABBREVIATIONS = frozenset(
-    ["e.g", "i.e", "etc", "vs", "cf", "al", "fig", "figs", "no", "nos", "vol", "vols", "ed", "eds", "p", "pp", "ch", "sec", "mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "inc", "ltd", "co", "corp", "approx", "ca", "esp", "resp", "viz", "lit", "obs", "dept", "univ", "gen", "gov", "rev", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "n", "v", "t", "adj", "adv", "pl", "sing", "a.m", "p.m", "u.s"])
+ABBREVIATIONS = frozenset({
+    "e.g", "i.e", "etc", "vs", "cf", "al", "fig", "figs", "no", "nos", "vol", "vols", "ed", "eds", "p", "pp", "ch",
+    "sec", "mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "inc", "ltd", "co", "corp", "approx", "ca", "esp",
+    "resp", "viz", "lit", "obs", "dept", "univ", "gen", "gov", "rev", "jan", "feb", "mar", "apr", "jun", "jul",
+    "aug", "sep", "sept", "oct", "nov", "dec", "n", "v", "t", "adj", "adv", "pl", "sing", "a.m", "p.m", "u.s"
+})
 
 _BOUNDARY = re.compile(r"(?<=[.!?])([\"')\]]*)\s+(?=[\"'(\[]?[A-Z0-9])")
 _LAST_WORD = re.compile(r"(\S+)\.$")

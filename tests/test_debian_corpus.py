@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from debian_corpus import load, minilm_name, split_entry, write_split  # noqa: E402
-from debian_embed import embed_in_chunks  # noqa: E402
-from debian_formats import (  # noqa: E402
+from debian_corpus import load, minilm_name, split_entry, write_split
+from debian_embed import embed_in_chunks
+from debian_formats import (
     description_paragraphs,
     dict_paragraphs,
     html_paragraphs,
@@ -23,8 +23,8 @@ from debian_formats import (  # noqa: E402
     pod_paragraphs,
     roff_paragraphs,
 )
-from debian_sources import deb_version, merge_sentences  # noqa: E402
-from debian_text import Deduplicator, keep_sentence, package_sentences, sentences_of, split_sentences  # noqa: E402
+from debian_sources import deb_version, merge_sentences
+from debian_text import Deduplicator, keep_sentence, package_sentences, sentences_of, split_sentences
 
 
 def test_split_sentences_keeps_abbreviations_and_initials_together() -> None:
@@ -77,13 +77,14 @@ Mandatory arguments to long options are mandatory for short options too.
 """
     assert list(roff_paragraphs(page)) == [
         "ls - list directory contents",
-        "List information about the FILEs (the current directory by default). Sort entries alphabetically if none "
-        "of the options is given.",
+        ("List information about the FILEs (the current directory by default). Sort entries alphabetically if "
+         "none of the options is given."),
         "Mandatory arguments to long options are mandatory for short options too."]
 
 
 def test_roff_paragraphs_read_mdoc_inline_macros() -> None:
-    page = ".Sh DESCRIPTION\nThe\n.Nm cat\nutility reads files in order, see\n.Xr head 1 .\n.Bd -literal\ncat -n x\n.Ed\n"
+    page = (".Sh DESCRIPTION\nThe\n.Nm cat\nutility reads files in order, see\n.Xr head 1 .\n"
+            ".Bd -literal\ncat -n x\n.Ed\n")
     assert list(roff_paragraphs(page)) == ["The cat utility reads files in order, see head 1 ."]
 
 
@@ -132,7 +133,7 @@ def _write(path: Path, text: str) -> None:
 
 
 def test_package_sentences_skip_sources_other_languages_and_duplicates(tmp_path: Path) -> None:
-    html = "<p>The library reads every file of the folder in order. The library reads every file of the folder in order.</p>"
+    html = "<p>The library reads every file of the folder in order. " * 2 + "</p>"
     _write(tmp_path / "usr/share/doc/p/html/index.html", html)
     _write(tmp_path / "usr/share/doc/p/html/_sources/index.rst.txt", "A source sentence that should be skipped here.\n")
     _write(tmp_path / "usr/share/doc/p/html/de-DE/index.html", "<p>The German tree is skipped by its folder name.</p>")
