@@ -194,9 +194,11 @@ def _versions() -> dict[str, str]:
 
 def write_manifest(out: Path, args: argparse.Namespace, sources: dict[str, Any], merged: dict[str, Any]) -> None:
     stages = {name: _stage_record(out, name) for name in ("sentences", "distil", "embed-static", "embed-minilm")}
+    unfinished = {path.name: json.loads(path.read_text())["rows_done"] for path in sorted(out.glob("*.progress.json"))}
     manifest = {"benchmark": "debian_corpus", "out": str(out), "packages": sources, "merge": merged,
                 "target_rows": args.target_rows, "subset_rows": args.subset_rows, "seed": SEED,
                 "query_rows": QUERY_ROWS, "fit_rows": FIT_ROWS, "models": _versions(), "stages": stages,
+                "unfinished_embeddings_rows_done": unfinished,
                 "load": [round(x, 2) for x in os.getloadavg()], "machine": machine_info()}
     write_record(out / "manifest.json", manifest)
     if args.record:

@@ -38,16 +38,17 @@ def _partial_paths(path: Path) -> tuple[Path, Path]:
     return path.with_name(f"{stem}.partial.npy"), path.with_name(f"{stem}.progress.json")
 
 
-def _open_partial(partial: Path, progress: Path, expected: dict[str, Any]) -> tuple[np.memmap, int]:
-    """The partial memmap and the rows already done in it (0 for a fresh file)."""
+def _open_partial(partial: Path, progress: Path, expected: dict[str, Any]) -> tuple[np.memmap, int, float | None]:
+    """The partial memmap, the rows already done in it and the seconds they took (0 and 0.0 for a fresh file;
+    None seconds when a progress file does not say)."""
     if partial.is_file() and progress.is_file():
         state = json.loads(progress.read_text())
         if {key: state.get(key) for key in expected} != expected:
             raise ValueError(f"{progress} belongs to another run ({ {k: state.get(k) for k in expected} } != "
                              f"{expected}); delete {partial} and {progress} to start this embedding afresh")
-        return np.lib.format.open_memmap(partial, mode="r+"), int(state["rows_done"])
+        return np.lib.format.open_memmap(partial, mode="r+"), int(state["rows_done"]), state.get("seconds")
     rows, dim = expected["rows"], expected["dim"]
-    return np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(rows, dim)), 0
+    return np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(rows, dim)), 0, 0.0
 
 
 def normalised_rows(block: np.ndarray, dim: int, rows: int) -> np.ndarray:
@@ -67,12 +68,13 @@ def embed_in_chunks(texts: Sequence[str], encode: Encoder, path: Path, dim: int,
                     label: str = "embed", stop_after_chunks: int | None = None) -> dict[str, Any]:
     """Embed ``texts`` with ``encode`` into ``path`` (float32, (len(texts), dim), unit rows), resumably.
 
-    Returns what happened: rows, rows embedded in this call, seconds and rate of this call. ``stop_after_chunks``
+    Returns what happened: rows, rows embedded in this call (``embedded``), the seconds and rate of this call
+    and, over every call that filled the file, ``seconds_total`` and ``rows_per_second_total``. ``stop_after_chunks``
     stops early (as a kill would), leaving the partial file and its progress for the next call (used by tests).
     """
     partial, progress = _partial_paths(path)
     expected = {"rows": len(texts), "dim": dim, "texts_sha256": texts_fingerprint(texts)}
-    matrix, done = _open_partial(partial, progress, expected)
+    matrix, done, earlier = _open_partial(partial, progress, expected)
     start, first = time.perf_counter(), done
     with progress_bar(total=len(texts), initial=done, desc=label, unit="rows") as bar:
         for chunk, begin in enumerate(range(done, len(texts), chunk_rows)):
@@ -83,15 +85,19 @@ def embed_in_chunks(texts: Sequence[str], encode: Encoder, path: Path, dim: int,
             matrix[begin:end] = normalised_rows(encode(list(texts[begin:end])), dim, end - begin)
             matrix.flush()
             done = end
-            _write_json(progress, {**expected, "rows_done": done})
+            total = None if earlier is None else round(earlier + time.perf_counter() - start, 1)
+            _write_json(progress, {**expected, "rows_done": done, "seconds": total})
             bar.update(end - begin)
             _log_chunk(label, done, len(texts), first, start)
     del matrix
     os.replace(partial, path)
     progress.unlink(missing_ok=True)
     seconds = time.perf_counter() - start
-    return {"rows": len(texts), "embedded": done - first, "complete": True, "seconds": round(seconds, 1),
-            "rows_per_second": round((done - first) / seconds, 1) if seconds > 0 else None}
+    total = None if earlier is None else earlier + seconds
+    return {"rows": len(texts), "embedded": done - first, "complete": True, "resumed_from": first,
+            "seconds": round(seconds, 1), "rows_per_second": round((done - first) / seconds, 1) if seconds else None,
+            "seconds_total": None if total is None else round(total, 1),
+            "rows_per_second_total": round(len(texts) / total, 1) if total else None}
 
 
 def _log_chunk(label: str, done: int, total: int, first: int, start: float) -> None:

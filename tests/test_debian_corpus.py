@@ -191,7 +191,8 @@ def test_embedding_resumes_after_an_interruption(tmp_path: Path) -> None:
     assert first == {"rows": 103, "embedded": 30, "complete": False} and not path.exists()
     assert json.loads((tmp_path / "resumed.progress.json").read_text())["rows_done"] == 30
     second = embed_in_chunks(texts, _encoder, path, 8, chunk_rows=10)
-    assert second["embedded"] == 73 and second["complete"]
+    assert second["embedded"] == 73 and second["complete"] and second["resumed_from"] == 30
+    assert second["seconds_total"] >= second["seconds"] and second["rows_per_second_total"] > 0
     assert not (tmp_path / "resumed.partial.npy").exists() and not (tmp_path / "resumed.progress.json").exists()
     result = np.load(path)
     assert result.dtype == np.float32 and result.shape == (103, 8)
