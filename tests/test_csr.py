@@ -9,7 +9,7 @@ import torch
 import adaptemb
 from adaptemb import PackedSparseCodes, ProjectedQueries
 from adaptemb.testing import assert_same_codes
-from adaptemb_plugins.csr_values import VALUE_BITS_MARGIN
+from adaptemb_plugins.csr.values import VALUE_BITS_MARGIN
 
 SMALL = {"hidden": 64, "k": 4, "epochs": 3, "batch_size": 64, "k_aux": 16, "progress": False}
 
@@ -238,7 +238,7 @@ def test_quality_floor_on_real_embeddings() -> None:
 
 
 def test_codebooks_are_per_feature_k_means() -> None:
-    from adaptemb_plugins.csr_values import fit_codebook
+    from adaptemb_plugins.csr.values import fit_codebook
 
     values = np.array([1.0, 1.2, 0.8, 5.0, 5.5, 4.5, 2.0, 3.0, 0.0], np.float32)  # feature 0: two clusters
     features = np.array([0, 0, 0, 0, 0, 0, 1, 1, 2])  # feature 1: too rare for 4 levels; 2: only a zero
@@ -254,7 +254,7 @@ def test_budgets_fix_each_k_s_value_bits_smallest_first() -> None:
     """Budgets, smallest first, each take the most latents within the margin of the best recall among the codes
     that fit and whose k is free or holds that width, and fix their k's width; a k no budget picks keeps the fewest
     bits within the tolerance of its best."""
-    from adaptemb_plugins.csr_values import ValueTables, pick
+    from adaptemb_plugins.csr.values import ValueTables, pick
 
     # rows (k, value bits, bytes, recall) over h = 1536, bytes as packed (row_bytes)
     rows = [[2, 1, 3, 0.50], [2, 2, 4, 0.53], [2, 4, 4, 0.535],  # 3 B fixes k=2 at 1 bit: 4 B cannot take 2-4 bits
@@ -290,7 +290,7 @@ def test_info_shows_the_choice_table(fitted, tmp_path) -> None:
 
 
 def test_k_anneals_linearly_to_its_target_then_holds() -> None:
-    from adaptemb_plugins.csr_objective import LossSettings
+    from adaptemb_plugins.csr.objective import LossSettings
 
     settings = LossSettings(k=4, multi_k_factor=4, multi_k_coef=0.125, k_aux=16, aux_coef=0.03, dead_steps=50,
                             cl_coef=1.0, temperature=0.2, view_dropout=0.0, k_start=64, anneal_steps=100)
@@ -322,7 +322,7 @@ def test_heads_fitted_for_byte_budgets(data, tmp_path) -> None:
 
 def test_a_head_serves_the_k_up_to_its_own() -> None:
     """k goes to the head trained for the smallest k at or above it, the main fit (the largest) above them all."""
-    from adaptemb_plugins.csr_heads import Head, serving
+    from adaptemb_plugins.csr.heads import Head, serving
 
     heads = [Head(k, nbytes, None, None) for k, nbytes in ((32, 0), (5, 8), (7, 10))]  # type: ignore[arg-type]
     assert [serving(heads, k).k for k in (1, 5, 6, 7, 8, 13, 32, 100)] == [5, 5, 7, 7, 32, 32, 32, 32]

@@ -147,7 +147,7 @@ def test_file_readers_sit_at_the_bottom() -> None:
 
 def test_plugins_import_only_the_public_api() -> None:
     """A plugin writes ``from adaptemb import X``, never ``from adaptemb.<module> import X``."""
-    for path in (ROOT / "plugins").glob("*.py"):
+    for path in (ROOT / "plugins").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])

@@ -47,7 +47,7 @@ from adaptemb import (
     unit_rows,
 )
 
-from .bsa_model import THRESHOLD, BSAFixedEncoder, BSAModel
+from .model import THRESHOLD, BSAFixedEncoder, BSAModel
 
 _REPORT_BLOCK = 4096
 

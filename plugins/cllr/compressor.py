@@ -38,7 +38,7 @@ from adaptemb import (
     adds_compressors,
     principal_components,
 )
-from adaptemb_plugins.cllr_model import (
+from adaptemb_plugins.cllr.model import (
     CLLRObjective,
     Validation,
     measure,
@@ -46,7 +46,7 @@ from adaptemb_plugins.cllr_model import (
     ordered_directions,
     relative_covariance,
 )
-from adaptemb_plugins.cllr_nesting import block_spread_order, nest_prefixes
+from adaptemb_plugins.cllr.nesting import block_spread_order, nest_prefixes
 from adaptemb_plugins.value_storage import StoredValuesProjection
 
 _LEVELS = 127  # int8 codes lie in [-127, 127]

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from adaptemb import resolve_device, train
-from adaptemb_plugins.cllr_model import Settings, heavy_ball, loop_threads, small_eigh, training_config
+from adaptemb_plugins.cllr.model import Settings, heavy_ball, loop_threads, small_eigh, training_config
 
 
 def nest_prefixes(directions: torch.Tensor, mean: torch.Tensor, anchors: torch.Tensor, candidates: torch.Tensor,

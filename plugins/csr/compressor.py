@@ -38,18 +38,18 @@ from adaptemb import (
     train,
     unit_rows,
 )
-from adaptemb_plugins.csr_config import CSRConfig, anneal_steps, loss_settings
-from adaptemb_plugins.csr_heads import Head, fit_heads, serving
-from adaptemb_plugins.csr_model import CSREncoder, CSRModel, PackedCSREncoder, geometric_median, row_blocks
-from adaptemb_plugins.csr_objective import (
+from adaptemb_plugins.csr.config import CSRConfig, anneal_steps, loss_settings
+from adaptemb_plugins.csr.heads import Head, fit_heads, serving
+from adaptemb_plugins.csr.model import CSREncoder, CSRModel, PackedCSREncoder, geometric_median, row_blocks
+from adaptemb_plugins.csr.objective import (
     CSRObjective,
     activation_frequency,
     dead_fraction,
     frequency_summary,
     own_partners,
 )
-from adaptemb_plugins.csr_supervision import fine_tune
-from adaptemb_plugins.csr_values import ValueTables, fit_value_tables
+from adaptemb_plugins.csr.supervision import fine_tune
+from adaptemb_plugins.csr.values import ValueTables, fit_value_tables
 
 _EVAL_ROWS = 2048  # rows the before/after loss measurement uses
 _MEDIAN_ROWS = 8192  # rows the geometric median is estimated from

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from adaptemb import ByteBudgets, StreamBatches, TrainingConfig
-from adaptemb_plugins.csr_objective import LossSettings
+from adaptemb_plugins.csr.objective import LossSettings
 
 
 class CSRConfig(TrainingConfig):

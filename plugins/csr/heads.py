@@ -20,10 +20,10 @@ from typing import Any
 import torch
 
 from adaptemb import PackedSparseCodes, train
-from adaptemb_plugins.csr_config import CSRConfig, anneal_steps, loss_settings
-from adaptemb_plugins.csr_model import CSRModel
-from adaptemb_plugins.csr_objective import CSRObjective, dead_fraction, own_partners
-from adaptemb_plugins.csr_values import ValueTables
+from adaptemb_plugins.csr.config import CSRConfig, anneal_steps, loss_settings
+from adaptemb_plugins.csr.model import CSRModel
+from adaptemb_plugins.csr.objective import CSRObjective, dead_fraction, own_partners
+from adaptemb_plugins.csr.values import ValueTables
 
 HEAD_VALUE_BITS = 2
 """A head fitted for a byte budget trains for the k its packed code holds at this many bits per value."""

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from adaptemb import info_nce, normalized_mse
-from adaptemb_plugins.csr_model import CSRModel, row_blocks
+from adaptemb_plugins.csr.model import CSRModel, row_blocks
 
 
 @dataclass(frozen=True)
