@@ -34,9 +34,9 @@ gained at most 0.005 NDCG@10 over the main fit on the built-in data and the 768-
 
 FineTune = Callable[[CSRModel, int], tuple[CSRModel, dict[str, Any] | None]]
 """``(model, k) -> (model, measurements)``: the supervised fine-tune of a model trained for k (as it is without
-supervision: ``csr_supervision.fine_tune``)."""
+supervision: ``csr.supervision.fine_tune``)."""
 MeasureValues = Callable[[CSRModel], ValueTables | None]
-"""A model's value codebooks and choice table (``csr_values``), or None for float16 values."""
+"""A model's value codebooks and choice table (``csr.values``), or None for float16 values."""
 
 
 @dataclasses.dataclass
