@@ -11,7 +11,6 @@ import torch
 
 from adaptemb.budgets import Budgets
 from adaptemb.codes import Codes
-from adaptemb.compose import composed_class  # noqa: F401 - importing it installs the "a+b" composer in the registry
 from adaptemb.compressor import Array
 from adaptemb.errors import CorruptFileError, InvalidConfigError
 from adaptemb.index.bound import BRUTE_FORCE, CompressedIndex
