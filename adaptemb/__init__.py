@@ -33,7 +33,7 @@ from adaptemb.errors import (
     ZeroRowsWarning,
 )
 from adaptemb.index import Index, SearchResult
-from adaptemb.index.bound import CompressedIndex, Rerank
+from adaptemb.indexing import CompressedIndex, Rerank
 from adaptemb.inputs import INPUT_KINDS, InputKind, IntegerEmbeddings, scale_offset_from_ranges
 from adaptemb.linalg import has_direction, principal_components, unit_rows
 from adaptemb.losses import cosine_distance, info_nce, normalized_mse

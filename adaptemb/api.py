@@ -13,8 +13,8 @@ from adaptemb.budgets import Budgets
 from adaptemb.codes import Codes
 from adaptemb.compressor import Array
 from adaptemb.errors import CorruptFileError, InvalidConfigError
-from adaptemb.index.bound import BRUTE_FORCE, CompressedIndex
 from adaptemb.index.brute import ScoreIndex
+from adaptemb.indexing import BRUTE_FORCE, CompressedIndex
 from adaptemb.inputs import InputKind, InputSpec
 from adaptemb.method import Compressor
 from adaptemb.registry import CompressorInfo, get_index_registry, get_registry

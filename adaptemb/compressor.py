@@ -1,7 +1,7 @@
 """The core of every compressor: its contract (config, declared capabilities, fit, encode, decode, score,
 budgets, state) and the hooks a method implements.
 
-Nothing here searches, saves or exports: ``adaptemb.index.bound.Indexing`` (``index``, ``search``),
+Nothing here searches, saves or exports: ``adaptemb.indexing.Indexing`` (``index``, ``search``),
 ``adaptemb.serialization.Persistence`` (``save``, ``load``) and ``adaptemb.onnx.head.OnnxExport``
 (``export_onnx``) add those, and ``adaptemb.method.Compressor``, the class every method subclasses
 (``adaptemb.Compressor``), composes them with ``CompressorCore``.
