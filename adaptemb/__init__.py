@@ -20,6 +20,7 @@ from adaptemb.codes import (
 from adaptemb.config import CompressorConfig, parse_params
 from adaptemb.data import load_embeddings
 from adaptemb.devices import resolve_device
+from adaptemb.encoder_export import EncoderExport, export_encoder
 from adaptemb.errors import (
     AdaptembError,
     AdaptembWarning,
@@ -38,7 +39,6 @@ from adaptemb.inputs import INPUT_KINDS, InputKind, IntegerEmbeddings, scale_off
 from adaptemb.linalg import has_direction, principal_components, unit_rows
 from adaptemb.losses import cosine_distance, info_nce, normalized_mse
 from adaptemb.method import Compressor
-from adaptemb.onnx.encoder import EncoderExport, export_encoder
 from adaptemb.registry import (
     CompressorInfo,
     CompressorRegistry,
