@@ -1,6 +1,8 @@
 """The pluggy registry: discovery, attribution, duplicates, misses, disabling, broken plugins."""
 
 import importlib.metadata
+import subprocess
+import sys
 import types
 
 import pluggy
@@ -101,3 +103,16 @@ def test_registry_add_rejects_what_is_not_a_concrete_named_compressor() -> None:
     svd = adaptemb.get_registry().get("svd")
     with pytest.raises(ValueError, match="lower-case identifier"):
         registry.add(type("Bad", (svd,), {"name": "Has Space"}))
+
+
+def test_compositions_need_no_import_of_the_compose_package() -> None:
+    """``"a+b"`` resolves through the composer a built-in plugin adds to the registry: in a fresh process that
+    imports only ``adaptemb``, ``adaptemb.compose`` is not loaded until the registry is built, and then it is."""
+    script = (
+        "import sys, adaptemb\n"
+        "before = 'adaptemb.compose' in sys.modules\n"
+        "cls = adaptemb.get_registry().get('svd+binary')\n"
+        "print(before, 'adaptemb.compose' in sys.modules, cls.__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "True", "SvdBinaryCompressor"]
