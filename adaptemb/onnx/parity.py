@@ -184,8 +184,9 @@ def compare_codes(outputs: Mapping[str, np.ndarray], expected: Mapping[str, np.n
                   reference: Codes | None = None, quantized: bool = False) -> EncoderParity:
     """Parity of an ONNX graph's ``outputs`` with the arrays ``expected`` (see ``EncoderParity``).
 
-    ``reference`` (the torch pipeline's codes) tells the code kind (``binary_sparse`` bits count their set
-    bits as the active entries; int8 codes are dequantised for the cosine). ``quantized`` holds the outputs
+    ``reference`` (the torch pipeline's codes) tells how its kind reads its outputs (``Codes.parity_set_bits``: the
+    set bits are the active entries, as binary sparse codes'; ``Codes.parity_vectors``: int8 codes dequantised for
+    the cosine). ``quantized`` holds the outputs
     to the quantised bar instead of the float bar. ``indices`` are compared as each row's set; -1 marks an
     empty slot (a head's fixed layout of a row with fewer active features)."""
     if reference is not None:  # the kind's comparable form (packed codes: their indices and values)
@@ -199,11 +200,11 @@ def compare_codes(outputs: Mapping[str, np.ndarray], expected: Mapping[str, np.n
         if np.issubdtype(want.dtype, np.floating):
             _floats(tally, got, want, with_indices=name == "values" and "indices" in expected)
         elif name == "bits":
-            _bits(tally, got, want, set_bits=reference is not None and reference.kind == "binary_sparse")
+            _bits(tally, got, want, set_bits=reference is not None and reference.parity_set_bits)
         elif name == "indices" and want.ndim == 2:
             _indices(tally, got, want, outputs.get("values"), expected.get("values"))
         else:
-            _integers(tally, got, want, reference if name == "codes" else None)
+            _integers(tally, name, got, want, reference)
     return _verdict(tally, quantized)
 
 
@@ -243,15 +244,12 @@ def _indices(tally: _Tally, got: np.ndarray, want: np.ndarray, got_values: np.nd
     tally.vectors(_sparse_rows(got64, got_values, width), _sparse_rows(want64, want_values, width))
 
 
-def _integers(tally: _Tally, got: np.ndarray, want: np.ndarray, reference: Codes | None) -> None:
+def _integers(tally: _Tally, name: str, got: np.ndarray, want: np.ndarray, reference: Codes | None) -> None:
     tally.integers(int((got.astype(np.int64) == want.astype(np.int64)).sum()), want.size, active=False)
-    got_values = got.reshape(tally.rows, -1).astype(np.float64)
-    want_values = want.reshape(tally.rows, -1).astype(np.float64)
-    if reference is not None and reference.kind == "int8":
-        shared = reference.to_arrays()
-        scale, offset = shared["scale"].astype(np.float64), shared["offset"].astype(np.float64)
-        got_values, want_values = offset + scale * got_values, offset + scale * want_values
-    tally.vectors(got_values, want_values)
+    if reference is None:
+        tally.vectors(got.reshape(tally.rows, -1).astype(np.float64), want.reshape(tally.rows, -1).astype(np.float64))
+    else:  # as the kind reads them (int8 codes: dequantised)
+        tally.vectors(reference.parity_vectors(name, got), reference.parity_vectors(name, want))
 
 
 def _verdict(tally: _Tally, quantized: bool) -> EncoderParity:
