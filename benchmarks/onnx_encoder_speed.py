@@ -14,7 +14,7 @@ embeddings, then exported with the bundled all-MiniLM-L6-v2 twice: float32 and `
 Three pipelines encode the same texts in the same length-sorted batches: ``torch`` (``TextEncoder.encode``
 then ``compressor.encode``), ``onnx-fp32`` and ``onnx-int8`` (tokenised with the exported ``tokenizer.json``,
 run by onnxruntime on the CPU). Each record holds texts/s (tokenisation included), the ONNX file sizes,
-the code agreement of each ONNX pipeline with torch (``adaptemb.onnx.parity.compare_codes``), NDCG@10 of the
+the code agreement of each ONNX pipeline with torch (``adaptemb.compare_codes``), NDCG@10 of the
 method's search with each pipeline's documents and queries, NDCG@10 of the float embeddings, and the machine
 with its load average before and after. With CUDA present the torch pipeline also runs on the GPU (and
 onnxruntime with its CUDA provider when installed). Results are appended to ``<out>/onnx_encoder_speed.json``.
@@ -35,15 +35,12 @@ import scipy.sparse as sp
 import torch
 
 import adaptemb
-from adaptemb import BinaryCodes, BinarySparseCodes, Codes, DenseCodes, QuantizedCodes, SparseCodes
+from adaptemb import Codes, compare_codes
 from adaptemb.datasets.builtin import load_builtin
 from adaptemb.datasets.wordnet import corpus_synsets, example_queries, read_wordnet
 from adaptemb.encoders import load_text_encoder
 from adaptemb.evaluate.machine import machine_info
 from adaptemb.evaluate.metrics import ndcg_at_k
-from adaptemb.onnx.parity import compare_codes
-from adaptemb.onnx.quantize import QUANTIZE_OPTIONS
-from adaptemb.onnx.storage import storage_arrays
 
 sys.path.insert(0, str(Path(__file__).parent))
 from records import append_record  # sibling benchmark modules (benchmarks/ is on sys.path)
@@ -78,22 +75,6 @@ def run_onnx(session: Any, tokenizer: Any, texts: list[str], batch_size: int) ->
         order.append(rows)
     inverse = np.argsort(np.concatenate(order))
     return {name: np.concatenate(values)[inverse] for name, values in parts.items()}
-
-
-def to_codes(compressor: Any, kind: str, dim: int, out: dict[str, np.ndarray], like: Codes) -> Codes:
-    """Codes from an exported encoder's storage outputs (shared tables, e.g. int8 scales, from ``like``)."""
-    if kind == "dense":
-        return DenseCodes(out["codes"])
-    if kind == "sparse":
-        return SparseCodes(out["indices"], out["values"], dim)
-    if kind == "binary":
-        return BinaryCodes(out["bits"], dim)
-    if kind == "int8":
-        shared = like.to_arrays()
-        return QuantizedCodes(out["codes"], shared["scale"], shared["offset"])
-    if kind == "binary_sparse":
-        return BinarySparseCodes.from_arrays({"bitmap": out["bits"]}, dim)
-    raise SystemExit(f"no storage mapping for code kind {kind!r} in this benchmark")
 
 
 def gpu_speed(texts: list[str], compressor: Any, k: int | None, batch_size: int, model: Path,
@@ -148,7 +129,7 @@ def main() -> None:
     record: dict[str, Any] = {
         "benchmark": "onnx_encoder_speed", "model": "all-MiniLM-L6-v2", "method": args.method, "k": k,
         "texts": len(texts), "corpus": len(docs), "queries": len(queries), "batch_size": args.batch_size,
-        "threads": args.threads, "onnxruntime": onnxruntime.__version__, "quantize_options": QUANTIZE_OPTIONS,
+        "threads": args.threads, "onnxruntime": onnxruntime.__version__,
     }
     with tempfile.TemporaryDirectory() as tmp:
         exports = {}
@@ -163,6 +144,7 @@ def main() -> None:
             record[f"{name}_export_parity"] = str(result.parity)
         record["tokenizer_json_bytes"] = (Path(tmp) / "onnx-fp32" / "tokenizer.json").stat().st_size
         quantization = exports["onnx-int8"].quantization
+        record["quantize_options"] = quantization.options if quantization else None
         record["export_sample_quantized_speedup"] = round(quantization.speedup, 3) if quantization else None
 
         def torch_pipeline() -> tuple[np.ndarray, Codes]:
@@ -173,7 +155,7 @@ def main() -> None:
         (embedded, torch_codes), seconds = timed(torch_pipeline)
         results = {"torch": (embedded, torch_codes, seconds)}
         head_outputs = tuple(compressor.encoder(compressor.budgets().resolve(k, args.method)).output_names)
-        expected = storage_arrays(torch_codes, head_outputs)
+        expected = torch_codes.onnx_arrays(head_outputs)
         tokenizer = Tokenizer.from_file(str(Path(tmp) / "onnx-fp32" / "tokenizer.json"))
         for name, result in exports.items():
             options = onnxruntime.SessionOptions()
@@ -185,7 +167,7 @@ def main() -> None:
             record[f"{name}_agreement"] = round(parity.agreement, 5)
             record[f"{name}_max_abs_diff"] = parity.max_abs_diff
             record[f"{name}_embedding_max_abs_diff"] = float(np.abs(out["embedding"] - embedded).max())
-            codes = to_codes(compressor, torch_codes.kind, torch_codes.dim, out, torch_codes)
+            codes = torch_codes.from_onnx_arrays({output: out[output] for output in expected})
             results[name] = (out["embedding"], codes, seconds)
         if torch.cuda.is_available():
             record.update(gpu_speed(texts, compressor, k, args.batch_size, exports["onnx-fp32"].path, tokenizer))

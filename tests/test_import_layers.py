@@ -309,6 +309,40 @@ def test_benchmarks_use_no_command_line_module() -> None:
         assert not _reached(graph, benchmark) & cli, benchmark
 
 
+BENCHMARKS_KEEP_OUT = ("adaptemb_plugins", "adaptemb.compose", "adaptemb.onnx", "adaptemb.index", "adaptemb.codes",
+                      "adaptemb.vectordb", "adaptemb.io")
+"""What a benchmark never imports: a plugin, or a module of these core packages (it uses what ``adaptemb``
+exports, as a user would)."""
+
+
+def _private_imports(graph: dict[str, set[str]], module: str) -> list[str]:
+    return sorted(target for target in graph[module]
+                  if any(target == name or target.startswith(f"{name}.") for name in BENCHMARKS_KEEP_OUT))
+
+
+def test_benchmarks_use_the_public_api() -> None:
+    """No benchmark imports ``adaptemb_plugins`` or a module inside ``compose/``, ``onnx/``, ``index/``, ``codes/``,
+    ``vectordb/`` or ``io/`` (at module level or in a function): what it needs of them ``adaptemb`` exports."""
+    modules, graph = _graph((ROOT / "adaptemb", "adaptemb"), (ROOT / "plugins", "adaptemb_plugins"),
+                            (ROOT / "benchmarks", "benchmarks"))
+    benchmarks = _package(modules, "benchmarks")
+    assert {"benchmarks.onnx_encoder_speed", "benchmarks.tq_parity", "benchmarks.rotation_choice"} <= benchmarks
+    found = {benchmark: _private_imports(graph, benchmark) for benchmark in benchmarks}
+    assert not {name: targets for name, targets in found.items() if targets}
+
+
+def test_the_benchmark_check_sees_private_imports(tmp_path: Path) -> None:
+    lines = ("from adaptemb.compose.rotation import fit_rotation", "from adaptemb import codes",
+             "import adaptemb_plugins.tq", "def f():\n    from adaptemb.index.sparse import torch_csr")
+    for line in lines:
+        (tmp_path / "script.py").write_text(f"{line}\n")
+        _, graph = _graph((ROOT / "adaptemb", "adaptemb"), (ROOT / "plugins", "adaptemb_plugins"), (tmp_path, "scripts"))
+        assert _private_imports(graph, "scripts.script"), line
+    (tmp_path / "script.py").write_text("from adaptemb import Rotation, compare_codes\nfrom adaptemb.datasets import Dataset\n")
+    _, graph = _graph((ROOT / "adaptemb", "adaptemb"), (tmp_path, "scripts"))
+    assert _private_imports(graph, "scripts.script") == []
+
+
 def test_the_layer_checks_see_an_import_of_the_command_line(tmp_path: Path) -> None:
     """The two checks above would catch ``from adaptemb.cli.models import parse_params`` and ``from adaptemb import cli``."""
     for line in ("from adaptemb.cli.models import parse_params", "from adaptemb import cli", "import adaptemb.cli"):
