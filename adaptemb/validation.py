@@ -29,8 +29,8 @@ def as_matrix(x: Any, *, name: str = "embeddings", dim: int | None = None, nonze
     n, d = tensor.shape
     if n == 0 or d == 0:
         raise ValueError(f"{name} is empty: shape {tuple(tensor.shape)}; need at least one row and one column")
-    if dim is not None and d != dim:
-        raise ValueError(f"{name} has dimension {d}, but this compressor was fitted on dimension {dim}")
+    if dim is not None:
+        check_dim(d, dim, name)
     source = tensor.detach()
     tensor = source.to(device="cpu", dtype=torch.float32).contiguous()
     finite = torch.isfinite(tensor)
@@ -45,6 +45,12 @@ def as_matrix(x: Any, *, name: str = "embeddings", dim: int | None = None, nonze
                 "encodes each row's direction (rows are L2-normalised), and a zero row has none"
             )
     return tensor
+
+
+def check_dim(d: int, dim: int, name: str = "embeddings") -> None:
+    """``ValueError`` unless rows of dimension ``d`` are of the fitted dimension ``dim``."""
+    if d != dim:
+        raise ValueError(f"{name} has dimension {d}, but this compressor was fitted on dimension {dim}")
 
 
 def zero_rows(x: torch.Tensor) -> torch.Tensor:

@@ -141,7 +141,7 @@ class Codes(ABC):
         arrays = self.to_arrays()
         return {name: arrays[name] for name in self.onnx_outputs or head_outputs}
 
-    def from_onnx_arrays(self: _C, arrays: dict[str, np.ndarray]) -> _C:
+    def from_onnx_arrays(self: _C, arrays: dict[str, np.ndarray]) -> _C:  # noqa: PYI019 (typing.Self is 3.11+)
         """Codes like these (their kind, ``dim`` and ``shared_arrays``, e.g. int8's calibration) from what an exported
         encoder emits for codes of this kind (``onnx_arrays``, by output name): to search or compare an ONNX
         pipeline's codes as the torch pipeline's. By default ``from_arrays`` of those arrays and the shared ones."""
