@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from adaptemb.codes import DenseCodes
 
@@ -24,6 +25,14 @@ KEY = "qk-3f9a1c7e-never-print-me"
 TOKEN = "svc_user:pw-8d2b7c-never-print-me"
 CREDENTIAL_VARIABLES = ("QDRANT_API_KEY", "MILVUS_TOKEN", "SSL_CERT_FILE", "SSL_CERT_DIR")
 """What the machine running the tests may set and a test must not see: each test sets what it needs."""
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No credential of the machine running the tests leaks in (autouse where imported); a test sets what it needs."""
+    for name in CREDENTIAL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
 
 
 def rows(n: int = 6, dim: int = 4) -> DenseCodes:

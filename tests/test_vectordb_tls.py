@@ -15,20 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from credential_stubs import (
-    CREDENTIAL_VARIABLES,
+from credential_stubs import (  # noqa: F401 - clean_environment: an autouse fixture
     KEY,
     TOKEN,
     QdrantStub,
     checked_headers,
+    clean_environment,
     error_text,
     needs_milvus,
     needs_qdrant,
     never_shows,
     rows,
+    runner,
     serve,
 )
-from typer.testing import CliRunner
 
 from adaptemb.cli import app
 from adaptemb.serialization import save_codes
@@ -41,15 +41,6 @@ from adaptemb.vectordb import (
 
 # qdrant-client checks the server version from a background thread, which may run after a test's stub is gone
 pytestmark = pytest.mark.filterwarnings("ignore:Failed to obtain server version:UserWarning")
-
-runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No credential of the machine running the tests leaks in; a test sets what it needs."""
-    for name in CREDENTIAL_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture
