@@ -19,12 +19,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-from credential_stubs import (  # noqa: F401 - clean_environment: an autouse fixture
+from credential_stubs import (
     KEY,
     TOKEN,
     QdrantStub,
     checked_headers,
-    clean_environment,
+    clean_environment,  # noqa: F401 - an autouse fixture: it applies where imported
     error_text,
     needs_qdrant,
     never_shows,
