@@ -17,7 +17,7 @@ from adaptemb.index.brute import ScoreIndex
 from adaptemb.indexing import BRUTE_FORCE, CompressedIndex
 from adaptemb.inputs import InputSpec, take_input_options, takes_input_options
 from adaptemb.method import Compressor
-from adaptemb.registry import CompressorInfo, get_index_registry, get_registry
+from adaptemb.registry import CompressorInfo, get_index_registry, get_registry, plugin_manager
 from adaptemb.rows import RowStream
 from adaptemb.serialization import (
     COMPRESSOR_FORMAT,
@@ -146,7 +146,7 @@ def load_index(path: str | Path, *, device: str = "auto") -> CompressedIndex:
 
 def load_codes(path: str | Path) -> Codes:
     """Load codes saved with ``save_codes`` (plugins are loaded first: they may define code kinds)."""
-    get_registry()
+    plugin_manager()  # every plugin loaded: a kind a plugin defines registers when its module is imported
     return read_codes(path)
 
 
