@@ -20,7 +20,7 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 ROOT = Path(__file__).parent.parent
 FIRST_PARTY = {"adaptemb", "adaptemb_plugins"}
-SOURCES = [*sorted((ROOT / "adaptemb").rglob("*.py")), *sorted((ROOT / "plugins").glob("*.py"))]
+SOURCES = [*sorted((ROOT / "adaptemb").rglob("*.py")), *sorted((ROOT / "plugins").rglob("*.py"))]
 # What the command line and the registry import at start-up, with no extra installed.
 STARTUP = "import adaptemb, adaptemb.cli; adaptemb.list_compressors(); import sys, json; print(json.dumps(sorted(sys.modules)))"
 
