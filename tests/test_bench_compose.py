@@ -91,6 +91,7 @@ def test_runner_fits_label_learners_with_the_datasets_labels_when_asked(toys: No
     assert LabelToy.seen == [{}]  # by default (no --fit-labels) every method sees the rows only
 
 
+@pytest.mark.slow
 def test_bench_row_of_a_composition_equals_the_api_at_32_bytes() -> None:
     data = load_dataset("default")  # adaptemb bench --methods svd+rabitq,... --bytes 32, against the API
     config = BenchConfig(methods=["svd+rabitq"], bytes=[32], device="cpu", rounds=1, warmup=0, fit_progress=False)
@@ -103,6 +104,7 @@ def test_bench_row_of_a_composition_equals_the_api_at_32_bytes() -> None:
     assert abs(row["ndcg_at_10"] - api) <= 0.002 and api > 0.15
 
 
+@pytest.mark.slow
 def test_cli_flags_choose_the_default_compositions(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 

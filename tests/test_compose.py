@@ -136,6 +136,7 @@ def test_pairs_go_to_the_part_that_learns_from_them(x: np.ndarray) -> None:
 # -- 2 bits per dimension ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_lloyd_levels_and_the_two_sign_planes_by_hand() -> None:
     """Four levels from the Gaussian's start; the lift's signs are [sign(z), sign(z) sign(|z| - t)], and the
     lifted query's inner product with the planes is the query's with the decoded levels."""
@@ -246,6 +247,7 @@ def test_the_default_ladder_of_byte_budgets() -> None:
     assert default_byte_ladder(1) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("method", "params", "rank_of"), [
     ("svd+binary", {}, lambda b: 8 * b),
     ("svd+rabitq", {}, lambda b: 8 * (b - 4)),  # 1 bit per dimension and 4 B of float16 factors
@@ -275,6 +277,7 @@ def test_a_quantizer_sized_per_fit_gets_one_rank(x: np.ndarray) -> None:
 # -- search and quality on the built-in data ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_composed_one_bit_codes_reach_their_floor_on_the_built_in_data(default_data: Any) -> None:
     """Measured 0.150 / 0.191 (svd+binary at 16 / 32 B) and 0.174 (svd+rabitq at 32 B), NDCG@10 of the 1,500
     queries; faiss' PCAR{8B},SQtqmse1 measured 0.149 / 0.186 and PCA192,RaBitQ 0.173 (benchmarks/compose_frontier.py)."""

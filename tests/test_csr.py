@@ -32,6 +32,7 @@ def fitted(data):
     return adaptemb.fit(data[0], "csr", **SMALL)
 
 
+@pytest.mark.slow
 def test_exactly_k_nonnegative_entries(fitted, data) -> None:
     codes = fitted.encode(data[0])
     assert isinstance(codes, PackedSparseCodes) and codes.k == 4
@@ -55,6 +56,7 @@ def test_any_k_after_fit(fitted, data) -> None:
         fitted.encode(data[0][:2], k=65)
 
 
+@pytest.mark.slow
 def test_explicit_value_bits_override_the_choice(data) -> None:
     compressor = adaptemb.fit(data[0], "csr", value_bits=2, **{**SMALL, "epochs": 1})
     codes = compressor.encode(data[0][:20], k=8)
@@ -112,6 +114,7 @@ def _contrastive_drop(compressor) -> tuple[float, float]:
     return extra["losses_before"]["contrastive"], extra["losses_after"]["contrastive"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["views", "pairs", "labels"])
 def test_supervision_lowers_contrastive_loss(data, kind: str) -> None:
     x, labels = data
@@ -132,6 +135,7 @@ def test_supervision_lowers_contrastive_loss(data, kind: str) -> None:
         assert supervised["held_out_mrr_after"] >= supervised["held_out_mrr_before"]
 
 
+@pytest.mark.slow
 def test_compress_passes_supervision(data) -> None:
     x, labels = data
     small = {key: v for key, v in SMALL.items() if key != "k"}
@@ -167,6 +171,7 @@ def test_asymmetric_score_is_query_dot_reconstruction(data, normalize: str, deco
     np.testing.assert_allclose(compressor.score(query_codes, docs), expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("normalize", ["l2", "standardize"])
 def test_encoder_queries_score_their_pre_activations(data, normalize: str) -> None:
     """The default asymmetric query: its encoder pre-activations W_enc (n(q) - b_pre) + b_enc against the dequantised
@@ -185,6 +190,7 @@ def test_encoder_queries_score_their_pre_activations(data, normalize: str) -> No
     np.testing.assert_allclose(scores, pre @ docs.to_dense().T, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_symmetric_scoring_is_sparse_dot(data) -> None:
     compressor = adaptemb.fit(data[0], "csr", scoring="symmetric", **{**SMALL, "epochs": 1})
     q, d = compressor.encode_queries(data[0][:4]), compressor.encode(data[0][:30])
@@ -299,6 +305,7 @@ def test_k_anneals_linearly_to_its_target_then_holds() -> None:
     assert {still.k_at(step) for step in (0, 50, 100)} == {4}
 
 
+@pytest.mark.slow
 def test_heads_fitted_for_byte_budgets(data, tmp_path) -> None:
     x = _clustered(n=3000, d=32, classes=16)[0]
     params = {**SMALL, "hidden": 128, "k": 24, "epochs": 2, "head_epochs": 2}
@@ -328,6 +335,7 @@ def test_a_head_serves_the_k_up_to_its_own() -> None:
     assert [serving(heads, k).k for k in (1, 5, 6, 7, 8, 13, 32, 100)] == [5, 5, 7, 7, 32, 32, 32, 32]
 
 
+@pytest.mark.slow
 def test_supervised_fine_tune_stops_after_its_patience(data) -> None:
     """The pairs' fine-tune runs until ``supervised_patience`` epochs in a row measure no better held-out MRR (or its
     epochs end), for the main fit and every head alike."""
@@ -351,6 +359,7 @@ def test_fit_for_bytes_needs_a_method_that_does() -> None:
         adaptemb.fit(x, "csr", bytes=[0], **SMALL)
 
 
+@pytest.mark.slow
 def test_pairs_learn_a_query_map_that_is_saved(data, tmp_path) -> None:
     x, _ = data
     rng = np.random.default_rng(3)

@@ -6,6 +6,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import adaptemb
 from adaptemb import registry
 
@@ -65,6 +67,7 @@ NEW_KIND_CHECKS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_the_new_code_kind_of_the_plugin_guide_works() -> None:
     """The guide's example kind and its backend: registered, searched, saved and loaded. In a fresh process: a
     kind registers for the whole process, and this one is no kind of adaptemb's."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import adaptemb
 from adaptemb import Codes
 
@@ -60,6 +62,7 @@ def kind_branches(source: str, kinds: set[str]) -> list[int]:
     return sorted(lines)
 
 
+@pytest.mark.slow
 def test_no_module_outside_the_kinds_branches_on_a_code_kind() -> None:
     kinds = _code_kinds()
     assert {"dense", "sparse", "binary", "int8", "binary_sparse", "packed_sparse", "projected"} <= kinds

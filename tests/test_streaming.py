@@ -239,6 +239,7 @@ def test_a_local_ray_that_times_out_at_startup_is_started_once_more(monkeypatch:
         assert calls == ([f"init {address}"] if len(errors) == 1 else ["init None", "shutdown", "init None"])
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_encode_prints_the_command_that_resumes(tmp_path: Path) -> None:
     """SIGINT mid-run: exit 130, the shards so far kept, and the exact command to resume, which then finishes."""
     rows = np.random.default_rng(0).standard_normal((400_000, 32)).astype(np.float32)
