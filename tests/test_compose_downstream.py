@@ -228,6 +228,7 @@ def test_compact_int8_in_qdrant_only_approximates_and_a_compressor_search_refuse
             search_qdrant(client, "adaptemb", queries[:20], 10, compressor=comp)
 
 
+@pytest.mark.slow
 @needs_qdrant
 def test_a_method_the_store_cannot_score_is_refused(real: Any) -> None:
     """bsa's default scoring divides by each document's norm, which no database holds; RaBitQ codes have no

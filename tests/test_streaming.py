@@ -59,7 +59,7 @@ def same(a: adaptemb.Codes, b: adaptemb.Codes) -> bool:
     return a.kind == b.kind and np.array_equal(a.to_dense(), b.to_dense())  # another layout of the same codes
 
 
-@pytest.mark.parametrize("method", ["svd", "int8", "binary", "mrl", "csr", "bsa"])
+@pytest.mark.parametrize("method", ["svd", "int8", "binary", "mrl", pytest.param("csr", marks=pytest.mark.slow), "bsa"])
 @pytest.mark.parametrize("side", ["doc", "query"])
 def test_shards_hold_exactly_the_in_memory_codes(method: str, side: str, rows: np.ndarray, inputs: dict[str, Path],
                                                  tmp_path: Path) -> None:
