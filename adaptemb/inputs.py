@@ -245,10 +245,6 @@ class ReadRows:
             check_dim(self._floats.shape[1], dim, self.name)
         return self._floats
 
-    @property
-    def dim(self) -> int:
-        return self.given.dim if self.given is not None else int(self.floats().shape[1])
-
 
 def scale_offset_from_ranges(ranges: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(input_scale, input_offset)`` for int8 values from sentence-transformers' ``quantize_embeddings``.
