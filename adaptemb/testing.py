@@ -183,6 +183,7 @@ class CompressorContract:
         for k in _budgets_to_check(contract_fitted):
             assert_same_codes(contract_fitted.encode(contract_data[0], k=k), loaded.encode(contract_data[0], k=k))
 
+    @pytest.mark.slow  # a new Python process (imports torch and adaptemb): 15-28 s each, measured under load
     def test_save_load_in_fresh_process(self, contract_fitted: Compressor, contract_data: Data, tmp_path: Path) -> None:
         if not self.fresh_process:
             pytest.skip("plugin registered at run time; a fresh process cannot load it")

@@ -29,8 +29,8 @@ def as_matrix(x: Any, *, name: str = "embeddings", dim: int | None = None, nonze
     n, d = tensor.shape
     if n == 0 or d == 0:
         raise ValueError(f"{name} is empty: shape {tuple(tensor.shape)}; need at least one row and one column")
-    if dim is not None and d != dim:
-        raise ValueError(f"{name} has dimension {d}, but this compressor was fitted on dimension {dim}")
+    if dim is not None:
+        check_dim(d, dim, name)
     source = tensor.detach()
     tensor = source.to(device="cpu", dtype=torch.float32).contiguous()
     if not _sum_is_finite(tensor):  # NaN or inf somewhere, or a finite sum past float32's range: look closer
@@ -54,6 +54,12 @@ def _sum_is_finite(x: torch.Tensor) -> bool:
     finite sum beyond float32's range, so the caller checks element-wise then."""
     with np.errstate(over="ignore", invalid="ignore"):
         return bool(np.isfinite(x.numpy().sum()))
+
+
+def check_dim(d: int, dim: int, name: str = "embeddings") -> None:
+    """``ValueError`` unless rows of dimension ``d`` are of the fitted dimension ``dim``."""
+    if d != dim:
+        raise ValueError(f"{name} has dimension {d}, but this compressor was fitted on dimension {dim}")
 
 
 def zero_rows(x: torch.Tensor) -> torch.Tensor:

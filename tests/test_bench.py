@@ -55,6 +55,7 @@ def _independent_ndcg(scores: np.ndarray, gold: np.ndarray) -> float:
     return float(np.mean(np.where(ranks <= 10, 1.0 / np.log2(ranks + 1), 0.0)))
 
 
+@pytest.mark.slow
 def test_bench_writes_every_output(bench_dir: Path) -> None:
     for name in ("results.json", "results.csv", "quality_vs_bytes.png", "quality_vs_latency.png", "report.md"):
         assert (bench_dir / name).is_file(), name
@@ -194,6 +195,7 @@ def _config(methods: list[str], **kw: object) -> BenchConfig:
     return BenchConfig(methods=methods, budgets=[4, 16], device="cpu", rounds=1, warmup=0, batch_size=16, **kw)
 
 
+@pytest.mark.slow
 def test_runner_serves_custom_scoring_methods(toy_methods: None) -> None:
     data = _dataset()
     result = run_bench(data, _config(["asymtoy", "negtoy"]))
@@ -230,6 +232,7 @@ def test_param_flag_must_name_a_benchmarked_method() -> None:
     assert result.exit_code == 2 and "METHOD.NAME=VALUE" in result.stderr
 
 
+@pytest.mark.slow
 def test_scale_study_searches_every_method_through_its_own_index(tmp_path: Path) -> None:
     """``--scale N``: the corpus plus perturbed copies, every method at its table budgets through its own index,
     faiss flat / HNSW / IVF-PQ beside it; the copies are distractors, so quality can only drop."""
@@ -286,6 +289,7 @@ def _tiny_scale(methods: list[str], rows: int = 2000, **kw: object) -> tuple[Dat
                                    fit_progress=False, **kw)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_scale_study_runs_the_tables_budgets_not_full_rank() -> None:
     """svd's default budget is rank d (no compression); at scale it runs at the table's byte budgets, like every
     method, and a method refitted per budget (pq) keeps its fit for each."""
@@ -310,6 +314,7 @@ def test_scale_study_with_explicit_budgets_uses_each_refit() -> None:
     assert any(n.startswith("scale: pq k=64 skipped") for n in result.notes)
 
 
+@pytest.mark.slow
 def test_with_a_scale_study_the_recommendation_ranks_the_scale_rows(tmp_path: Path) -> None:
     data, config = _tiny_scale(["svd", "mrl", "int8"], bytes=[16, 64, 128])
     result = run_bench(data, config)
@@ -325,6 +330,7 @@ def test_with_a_scale_study_the_recommendation_ranks_the_scale_rows(tmp_path: Pa
     assert plain.recommendation_rows == "corpus" and plain.corpus_recommendation == []
 
 
+@pytest.mark.slow
 def test_bench_output_fits_100_columns_and_wide_shows_every_column(tmp_path: Path) -> None:
     np.savez(tmp_path / "tiny.npz", **_arrays())
     args = ["bench", "--data", str(tmp_path / "tiny.npz"), "--methods", "svd", "--budgets", "8", "--rounds", "1",

@@ -110,6 +110,7 @@ def test_a_composition_shares_the_projection_its_own_row_fitted(toys: None) -> N
     assert len(LabelToy.seen) == 4
 
 
+@pytest.mark.slow
 def test_bench_row_of_a_composition_equals_the_api_at_32_bytes() -> None:
     data = load_dataset("default")  # adaptemb bench --methods svd+rabitq,... --bytes 32, against the API
     config = BenchConfig(methods=["svd+rabitq"], bytes=[32], device="cpu", rounds=1, warmup=0, fit_progress=False)
@@ -122,6 +123,7 @@ def test_bench_row_of_a_composition_equals_the_api_at_32_bytes() -> None:
     assert abs(row["ndcg_at_10"] - api) <= 0.002 and api > 0.15
 
 
+@pytest.mark.slow
 def test_cli_flags_choose_the_default_compositions(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 

@@ -129,6 +129,7 @@ def test_wide_mode_has_every_column_and_folds_rather_than_truncates() -> None:
     assert "…" not in _printed(result, width=100, wide=True)
 
 
+@pytest.mark.slow
 def test_markdown_report_explains_nothing_fits_and_the_scale_basis(tmp_path: Path) -> None:
     result = realistic_result()
     files = report.write_report(result, tmp_path)
@@ -160,6 +161,7 @@ def _colours_of(ax: Any) -> dict[str, str]:
     return found
 
 
+@pytest.mark.slow
 def test_every_figure_colours_a_method_the_same_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     figures: dict[str, dict[str, str]] = {}
     finish = report._finish
@@ -205,6 +207,7 @@ def test_palette_follows_the_sorted_registry_third_party_included(fresh_plugins:
     assert method_colour("not-installed") == method_colour("not-installed") in PALETTE  # a stable fallback
 
 
+@pytest.mark.slow
 def test_bench_rows_carry_the_value_bits_their_codes_declare() -> None:
     """A real run at byte budgets: csr's and bsa's rows hold the bits per value of their codes (bsa 1; csr what its
     packed codes declare, with which k indices and values fill the row's bytes exactly), the table shows them."""

@@ -35,7 +35,7 @@ import torch
 from adaptemb.budgets import Budgets, largest_budget_within
 from adaptemb.codes import Codes, DenseCodes, decoded_inner_products
 from adaptemb.compose.config import ComposedConfig, composed_config, make_composed_config, part_settings
-from adaptemb.compose.export import ComposedHead, ProjectedValues, refusal
+from adaptemb.compose.export import ComposedHead, projected_values, refusal
 from adaptemb.compose.levels import (
     CHOICE_MIN_QUERIES,
     SignMagnitude,
@@ -352,9 +352,9 @@ class ComposedCompressor(Compressor):
     def _scores(self, quantizer: Compressor, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
         if not (quantizer.symmetric and self.float_queries):
             return quantizer.score(query_codes, doc_codes)
-        if not isinstance(query_codes, DenseCodes) or query_codes.dim != doc_codes.dim:
+        if query_codes.kind != self.query_kind or query_codes.dim != doc_codes.dim:
             raise TypeError(f"{self.name} scores float queries from its encode_queries against its codes")
-        return decoded_inner_products(query_codes.values, doc_codes)
+        return decoded_inner_products(query_codes.to_dense(), doc_codes)
 
     def index_options(self, doc_codes: Codes) -> dict[str, Any]:
         _, quantizer = self._stage_of(doc_codes)
@@ -421,7 +421,7 @@ class ComposedCompressor(Compressor):
             raise UnsupportedExportError(reason)
         rotation, quantizer = self._stage_of_rank(k)
         projection = self._projection.encoder(self._rank(k))
-        values = ProjectedValues(self._projection.encode(torch.ones(1, self._projection.dim), k=self._rank(k)), self.name)
+        values = projected_values(self._projection.encode(torch.ones(1, self._projection.dim), k=self._rank(k)), self.name)
         return ComposedHead(projection, values, rotation, quantizer.encoder(quantizer.budgets().default)).eval()
 
     def encoder_arrays(self, codes: Codes, k: int) -> dict[str, np.ndarray]:

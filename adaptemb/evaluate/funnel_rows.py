@@ -18,7 +18,7 @@ from adaptemb.evaluate.metrics import (
     one_nn_accuracy,
 )
 from adaptemb.index import FunnelIndex
-from adaptemb.index.bound import CompressedIndex
+from adaptemb.indexing import CompressedIndex
 from adaptemb.method import Compressor
 from adaptemb.ranking import neighbour_recall_at_k
 from adaptemb.registry import get_registry

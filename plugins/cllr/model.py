@@ -1,4 +1,4 @@
-"""The CLLR objective and its proximal optimisation (what ``cllr`` fits; see ``plugins/cllr.py``).
+"""The CLLR objective and its proximal optimisation (what ``cllr`` fits; see ``plugins/cllr/compressor.py``).
 
 ``F(L) = NCE(L x̃) + λ (R(L) + α Ω(L) / Ω(L₀))`` with ``x̃ = x − μ``, ``R(L) = E‖LᵀL x̃ − x̃‖² / E‖x̃‖²`` (exact over the
 fit rows through their covariance) and Ω the nuclear or ℓ2,1 norm, measured relative to its value at the PCA
@@ -7,7 +7,7 @@ proximal operator, singular-value thresholding or column soft-thresholding, so i
 threshold ``lr·λ·α / (Ω(L₀)(1 − momentum))`` makes the fixed points of the iteration the stationary points of F.
 With held-out pairs (``Validation``) the loop measures their InfoNCE every ``eval_every`` steps and keeps the best L.
 The loop is ``adaptemb.train``'s: the objective's hooks add the closed-form gradient and apply the proximal step,
-:class:`HeavyBall` takes the momentum steps. The prefix-nesting stage that follows is ``cllr_nesting.py``.
+:class:`HeavyBall` takes the momentum steps. The prefix-nesting stage that follows is ``cllr/nesting.py``.
 """
 
 from __future__ import annotations

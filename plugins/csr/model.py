@@ -3,7 +3,7 @@
 Encoder ``z = ReLU(TopK_k(W_enc (n(x) − b_pre) + b_enc))`` where ``n`` is the input normalisation
 (L2, standardisation or none); decoder ``x̂ = W_dec z + b_pre`` with ``W_dec`` either tied to ``W_enc``
 (the CSR paper) or a separate matrix of unit-norm latent directions (OpenAI's TopK SAE). Weights are
-(h, d) matrices: row ``i`` is latent ``i``'s direction. The training objective lives in ``csr_objective.py``.
+(h, d) matrices: row ``i`` is latent ``i``'s direction. The training objective lives in ``csr/objective.py``.
 """
 
 from __future__ import annotations

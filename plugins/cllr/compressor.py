@@ -4,7 +4,7 @@ A projection ``L`` (h × d, initialised with the top-h principal directions) map
 ``z = L (x − μ)``. The fit minimises ``NCE(L x̃) + λ (E‖LᵀL x̃ − x̃‖² / E‖x̃‖² + α Ω(L) / Ω(L₀))`` by proximal SGD:
 momentum steps on the smooth part, then the proximal operator of Ω, singular-value thresholding for the nuclear
 norm (low rank) or group soft-thresholding of the columns for the ℓ2,1 norm (feature selection), so zeros are
-exact (``cllr_model.py``). The NCE is InfoNCE over L2-normalised codes: query → document ``pairs``, same-``labels``
+exact (``cllr/model.py``). The NCE is InfoNCE over L2-normalised codes: query → document ``pairs``, same-``labels``
 rows, or, with neither, two noisy views of each row. With pairs, ``val_fraction`` (a fifth) of them is held out and
 the fit keeps the L under which those held-out queries rank their documents best against fit rows (early stopping).
 
@@ -38,7 +38,7 @@ from adaptemb import (
     adds_compressors,
     principal_components,
 )
-from adaptemb_plugins.cllr_model import (
+from adaptemb_plugins.cllr.model import (
     CLLRObjective,
     Validation,
     measure,
@@ -46,7 +46,7 @@ from adaptemb_plugins.cllr_model import (
     ordered_directions,
     relative_covariance,
 )
-from adaptemb_plugins.cllr_nesting import block_spread_order, nest_prefixes
+from adaptemb_plugins.cllr.nesting import block_spread_order, nest_prefixes
 from adaptemb_plugins.value_storage import StoredValuesProjection
 
 _LEVELS = 127  # int8 codes lie in [-127, 127]

@@ -12,7 +12,7 @@ norms decoded from the codes once, when the index is built; no float document ve
 (``<q, x_hat_doc>``), or symmetric ``dot`` (|A ∩ B|) / ``cosine`` between binary codes. Every scoring is
 searched through the documents' posting lists. See docs/methods/bsa.md.
 
-The model (``bsa_model.BSAModel``) is what ``encode`` needs and what is saved; the objective below
+The model (``bsa.model.BSAModel``) is what ``encode`` needs and what is saved; the objective below
 (``BSAObjective``: the loss terms and their weights, input noise, code dropout) exists only while fitting.
 """
 
@@ -47,7 +47,7 @@ from adaptemb import (
     unit_rows,
 )
 
-from .bsa_model import THRESHOLD, BSAFixedEncoder, BSAModel
+from .model import THRESHOLD, BSAFixedEncoder, BSAModel
 
 _REPORT_BLOCK = 4096
 

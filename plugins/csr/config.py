@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from adaptemb import ByteBudgets, StreamBatches, TrainingConfig
-from adaptemb_plugins.csr_objective import LossSettings
+from adaptemb_plugins.csr.objective import LossSettings
 
 
 class CSRConfig(TrainingConfig):
@@ -40,7 +40,7 @@ class CSRConfig(TrainingConfig):
         "anneal_share of the steps (None: no annealing).")
     anneal_share: float = Field(0.7, gt=0, le=1, description="Share of the training steps over which k is annealed.")
     group_coef: float = Field(1.0, ge=0, description="With pairs or labels: weight of the asymmetric group loss in the "
-                              "supervised fine-tune (csr_supervision).")
+                              "supervised fine-tune (csr.supervision).")
     group_temperature: float = Field(0.05, gt=0, description="τ of the asymmetric group loss.")
     pair_weight: float = Field(8.0, gt=0, description="Weight of a pair's query in the group loss (a corpus row: 1).")
     supervised_epochs: int = Field(20, ge=1, description="Fine-tune epochs with pairs or labels (at most).")
@@ -65,7 +65,7 @@ class CSRConfig(TrainingConfig):
     value_bits: Literal[1, 2, 3, 4, 8, 16] | None = Field(
         None, description="Bits per stored value: 1-8: levels of a per-feature codebook fitted on the fit rows; 16: "
         "float16; None: per k, the width the byte budgets fix, smallest first, from the held-out recall@10 measured "
-        "at fit (csr_values: the most latents within 0.01 of a budget's best).")
+        "at fit (csr.values: the most latents within 0.01 of a budget's best).")
     # training defaults, measured for this method (see the docs)
     epochs: int = Field(10, ge=1, description="Passes over the training rows (at most).")
     batch_size: int = Field(256, ge=2, description="Rows per optimisation step.")

@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -27,9 +27,12 @@ from adaptemb.errors import InvalidConfigError
 from adaptemb.index.base import Index, SearchResult
 from adaptemb.index.brute import ScoreIndex
 from adaptemb.index.funnel import rerank
-from adaptemb.inputs import InputKind, InputSpec
+from adaptemb.inputs import InputOptions, InputSpec, takes_input_options
 from adaptemb.registry import get_index_registry
 from adaptemb.serialization import FORMAT_VERSION, INDEX_FORMAT, write_tensors
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 BRUTE_FORCE = "score-function"
 """The backend name saved for a brute-force index (a method whose kinds no backend serves)."""
@@ -113,9 +116,9 @@ class Indexing:
             return None
         return int(counts[0]) if budgets.low <= counts[0] <= budgets.high else None
 
+    @takes_input_options
     def search(self: IndexedCompressor, queries: Any, doc_codes: Codes, top_k: int = 10, *, k: int | None = None,
-               input_kind: InputKind = "float", input_scale: Any = None, input_offset: Any = None,
-               input_dim: int | None = None) -> SearchResult:
+               **inputs: Unpack[InputOptions]) -> SearchResult:
         """Exact search of ``queries`` (raw embeddings) in ``doc_codes``: (scores, ids), each (n_queries, top_k).
 
         Builds ``index(doc_codes, k=k)`` for this one call; build it once with ``index`` to search many times.
@@ -123,8 +126,7 @@ class Indexing:
         """
         if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
             raise ValueError(f"top_k must be an integer >= 1; got {top_k!r}")
-        return self.index(doc_codes, k=k).search(queries, top_k, input_kind=input_kind, input_scale=input_scale,
-                                                 input_offset=input_offset, input_dim=input_dim)
+        return self.index(doc_codes, k=k).search(queries, top_k, **inputs)
 
 
 @dataclass(frozen=True)
@@ -171,28 +173,26 @@ class CompressedIndex:
         """Bytes of the backend's own search structure, where it reports them."""
         return getattr(self.inner, "nbytes", None)
 
-    def encode_queries(self, queries: Any, *, input_kind: InputKind = "float", input_scale: Any = None,
-                       input_offset: Any = None, input_dim: int | None = None) -> Codes:
+    @takes_input_options
+    def encode_queries(self, queries: Any, **inputs: Unpack[InputOptions]) -> Codes:
         """Raw query embeddings as this index's query codes (``input_kind`` and its options as in ``Compressor.fit``)."""
-        inputs = {"input_kind": input_kind, "input_scale": input_scale, "input_offset": input_offset, "input_dim": input_dim}
         if InputSpec.of(**inputs).is_float:  # a compressor written before input kinds existed is still served
             return self.compressor.encode_queries(queries, k=self.budget)
         return self.compressor.encode_queries(queries, k=self.budget, **inputs)
 
-    def search(self, queries: Any, top_k: int = 10, *, input_kind: InputKind = "float", input_scale: Any = None,
-               input_offset: Any = None, input_dim: int | None = None) -> SearchResult:
+    @takes_input_options
+    def search(self, queries: Any, top_k: int = 10, **inputs: Unpack[InputOptions]) -> SearchResult:
         """The ``top_k`` best documents of each query: (scores, ids), each (n_queries, top_k), best first.
 
         ``queries`` are raw embeddings (numpy or torch, (n, d)) or query codes from ``encode_queries``. Integer
         query embeddings need ``input_kind`` (``"int8"`` with ``input_scale`` / ``input_offset``, or ``"ubinary"``
         with ``input_dim``), read as ``Compressor.fit`` reads them.
         """
-        spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
+        spec = InputSpec.of(**inputs)
         if isinstance(queries, Codes) and not spec.is_float:
-            raise InvalidConfigError(f"input_kind={input_kind!r} describes raw query embeddings; these are query codes "
+            raise InvalidConfigError(f"input_kind={spec.kind!r} describes raw query embeddings; these are query codes "
                                      "already (leave input_kind at 'float')")
-        codes = queries if isinstance(queries, Codes) else self.encode_queries(
-            queries, input_kind=input_kind, input_scale=input_scale, input_offset=input_offset, input_dim=input_dim)
+        codes = queries if isinstance(queries, Codes) else self.encode_queries(queries, **inputs)
         if self.second_stage is None:
             return self.inner.search(codes, top_k)
         if isinstance(queries, Codes):

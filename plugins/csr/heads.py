@@ -20,10 +20,10 @@ from typing import Any
 import torch
 
 from adaptemb import PackedSparseCodes, train
-from adaptemb_plugins.csr_config import CSRConfig, anneal_steps, loss_settings
-from adaptemb_plugins.csr_model import CSRModel
-from adaptemb_plugins.csr_objective import CSRObjective, dead_fraction, own_partners
-from adaptemb_plugins.csr_values import ValueTables
+from adaptemb_plugins.csr.config import CSRConfig, anneal_steps, loss_settings
+from adaptemb_plugins.csr.model import CSRModel
+from adaptemb_plugins.csr.objective import CSRObjective, dead_fraction, own_partners
+from adaptemb_plugins.csr.values import ValueTables
 
 HEAD_VALUE_BITS = 2
 """A head fitted for a byte budget trains for the k its packed code holds at this many bits per value."""
@@ -34,9 +34,9 @@ gained at most 0.005 NDCG@10 over the main fit on the built-in data and the 768-
 
 FineTune = Callable[[CSRModel, int], tuple[CSRModel, dict[str, Any] | None]]
 """``(model, k) -> (model, measurements)``: the supervised fine-tune of a model trained for k (as it is without
-supervision: ``csr_supervision.fine_tune``)."""
+supervision: ``csr.supervision.fine_tune``)."""
 MeasureValues = Callable[[CSRModel], ValueTables | None]
-"""A model's value codebooks and choice table (``csr_values``), or None for float16 values."""
+"""A model's value codebooks and choice table (``csr.values``), or None for float16 values."""
 
 
 @dataclasses.dataclass

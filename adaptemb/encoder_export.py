@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from adaptemb._version import __version__
+from adaptemb.api import load
 from adaptemb.codes import Codes
 from adaptemb.encoders import ImageEncoder, TextEncoder
 from adaptemb.errors import UnsupportedExportError
@@ -52,6 +53,7 @@ from adaptemb.onnx.quantize import QuantizationReport, measure, quantize_backbon
 from adaptemb.onnx.samples import parity_sample
 from adaptemb.onnx.sessions import require_onnx
 from adaptemb.onnx.storage import StorageHead, storage_arrays
+from adaptemb.registry import get_registry
 from adaptemb.serialization import atomic_write, is_a_directory
 from adaptemb.threads import compute_threads
 
@@ -273,8 +275,6 @@ def _thresholds(quantized: bool) -> dict[str, float]:
 
 def _exportable_methods() -> list[str]:
     """Registered methods that declare ``exportable`` (a property counts: some of their configurations export)."""
-    from adaptemb.registry import get_registry
-
     registry = get_registry()
     return sorted(name for name in registry.names() if getattr(registry.get(name), "exportable", False) is not False)
 
@@ -283,7 +283,5 @@ def _as_compressor(compressor: Compressor | str | Path) -> Any:
     if isinstance(compressor, Compressor):
         return compressor
     if isinstance(compressor, (str, Path)):
-        from adaptemb.api import load
-
         return load(compressor)
     raise TypeError(f"compressor must be a fitted Compressor or the path of a saved one; got {type(compressor).__name__}")

@@ -2,16 +2,16 @@
 
 One fit trains with L(k) + L(4k)/8 + β·aux-k + γ·NCL (see ``docs/methods/csr.md``); ``encode`` then keeps the
 top-k latents for any k from 1 to h, packed at their true size (``PackedSparseCodes``: ⌈log2(h + 1)⌉-bit
-indices, values as levels of per-feature codebooks; ``csr_values`` fits those and measures which (k, value bits)
+indices, values as levels of per-feature codebooks; ``csr.values`` fits those and measures which (k, value bits)
 fills a byte budget, ``encode(x, bytes=B)``). Scoring is asymmetric by default: the dense query, as its encoder
 pre-activations ``W_enc (q − b_pre) + b_enc`` (or through the decoder, ``⟨q, x̂_doc⟩ = ⟨W_decᵀq, z_doc⟩ +
 ⟨q, b_pre⟩``: ``query_form``), against the packed documents (``ProjectedQueries``, searched over the quantised
 levels); or the paper's sparse·sparse dot product (``scoring="symmetric"``).
 
-The model (``csr_model.CSRModel``) is what ``encode`` needs and what is saved; the objective
-(``csr_objective.CSRObjective``: loss weights, dead-latent counters, the decoder constraint) exists only while fitting.
-The settings are ``csr_config.CSRConfig``; the supervised fine-tune is ``csr_supervision``'s, the heads fitted for
-byte budgets ``csr_heads``'.
+The model (``csr.model.CSRModel``) is what ``encode`` needs and what is saved; the objective
+(``csr.objective.CSRObjective``: loss weights, dead-latent counters, the decoder constraint) exists only while fitting.
+The settings are ``csr.config.CSRConfig``; the supervised fine-tune is ``csr.supervision``'s, the heads fitted for
+byte budgets ``csr.heads``'.
 """
 
 from __future__ import annotations
@@ -38,18 +38,18 @@ from adaptemb import (
     train,
     unit_rows,
 )
-from adaptemb_plugins.csr_config import CSRConfig, anneal_steps, loss_settings
-from adaptemb_plugins.csr_heads import Head, fit_heads, serving
-from adaptemb_plugins.csr_model import CSREncoder, CSRModel, PackedCSREncoder, geometric_median, row_blocks
-from adaptemb_plugins.csr_objective import (
+from adaptemb_plugins.csr.config import CSRConfig, anneal_steps, loss_settings
+from adaptemb_plugins.csr.heads import Head, fit_heads, serving
+from adaptemb_plugins.csr.model import CSREncoder, CSRModel, PackedCSREncoder, geometric_median, row_blocks
+from adaptemb_plugins.csr.objective import (
     CSRObjective,
     activation_frequency,
     dead_fraction,
     frequency_summary,
     own_partners,
 )
-from adaptemb_plugins.csr_supervision import fine_tune
-from adaptemb_plugins.csr_values import ValueTables, fit_value_tables
+from adaptemb_plugins.csr.supervision import fine_tune
+from adaptemb_plugins.csr.values import ValueTables, fit_value_tables
 
 _EVAL_ROWS = 2048  # rows the before/after loss measurement uses
 _MEDIAN_ROWS = 8192  # rows the geometric median is estimated from
@@ -111,7 +111,7 @@ class CSRCompressor(Compressor):
 
     def _fit_heads(self, model: CSRModel, normalise: _Normaliser, rows: torch.Tensor, raw: torch.Tensor,
                    supervision: dict[str, Any]) -> None:
-        """The main head and the byte budgets' heads (``csr_heads.fit_heads``) from the trained ``model``, fine-tuned
+        """The main head and the byte budgets' heads (``csr.heads.fit_heads``) from the trained ``model``, fine-tuned
         on the supervision (if any), value tables measured on the raw fit rows; the fit report says what they measured."""
         cfg = self.config
         heads, reports = fit_heads(
@@ -130,7 +130,7 @@ class CSRCompressor(Compressor):
 
     def _value_tables(self, model: CSRModel, x: torch.Tensor) -> ValueTables | None:
         """Codebooks from a sample of the fit rows ``x`` and the choice table measured with a held-out slice of
-        them as queries (``csr_values``); none for float16 values. The slice is held out of the codebooks and the
+        them as queries (``csr.values``); none for float16 values. The slice is held out of the codebooks and the
         searched documents, not of training: leaving a tenth of the rows out of training cost up to 0.012
         NDCG@10 on the default data, while the choice compares codes of one model."""
         if self.config.value_bits == 16:
@@ -234,7 +234,7 @@ class CSRCompressor(Compressor):
         return self._main.model
 
     def _head(self, k: int) -> Head:
-        """The head that encodes (and projects queries) at ``k``: ``csr_heads.serving``."""
+        """The head that encodes (and projects queries) at ``k``: ``csr.heads.serving``."""
         return serving(self._heads, k)
 
     def _encode(self, x: torch.Tensor, k: int) -> Codes:
@@ -280,7 +280,7 @@ class CSRCompressor(Compressor):
 
     def budget_for_bytes(self, nbytes: float, sample: Any = None) -> int | None:
         """The k whose packed code fits ``nbytes``: each head's pick among its measured k at their value bits
-        (``csr_values.pick``), the head whose pick recalls most of its held-out slice; or the largest k at the
+        (``csr.values.pick``), the head whose pick recalls most of its held-out slice; or the largest k at the
         config's ``value_bits``."""
         self._require_fitted()
         hidden = self._fitted_model.hidden

@@ -26,9 +26,9 @@ import numpy as np
 import torch
 
 from adaptemb import Checkpoints, ranking, train
-from adaptemb_plugins.csr_config import CSRConfig, loss_settings, steps_per_epoch
-from adaptemb_plugins.csr_model import CSRModel
-from adaptemb_plugins.csr_objective import CSRObjective
+from adaptemb_plugins.csr.config import CSRConfig, loss_settings, steps_per_epoch
+from adaptemb_plugins.csr.model import CSRModel
+from adaptemb_plugins.csr.objective import CSRObjective
 
 POOL_ROWS = 4096
 """Corpus rows the held-out queries are ranked among, besides the held-out documents."""

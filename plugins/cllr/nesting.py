@@ -1,4 +1,4 @@
-"""cllr's prefix-nesting stage (adaptemb's extension; see ``plugins/cllr.py``): after the proximal fit, L's row space
+"""cllr's prefix-nesting stage (adaptemb's extension; see ``plugins/cllr/compressor.py``): after the proximal fit, L's row space
 is re-based, ``W = B L``, so that its short prefixes are trained to stand alone: B (r × r) is fitted by a soft-target
 NCE that asks each prefix's neighbour distribution to match the full code's (self-distillation of L's own codes,
 Matryoshka style), through ``adaptemb.train``; then ``block_spread_order`` orders dimensions by spread inside each
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from adaptemb import resolve_device, train
-from adaptemb_plugins.cllr_model import Settings, heavy_ball, loop_threads, small_eigh, training_config
+from adaptemb_plugins.cllr.model import Settings, heavy_ball, loop_threads, small_eigh, training_config
 
 
 def nest_prefixes(directions: torch.Tensor, mean: torch.Tensor, anchors: torch.Tensor, candidates: torch.Tensor,

@@ -1,6 +1,6 @@
 """The csr training objective (fit only): L(k) + c·L(m·k) + β·aux-k + γ·NCL, the dead-latent counters and, for
 untied decoders, the unit-norm constraint; the training rows of unsupervised rows and the activation statistics the
-fit reports. Loading a compressor rebuilds only the model (``csr_model``)."""
+fit reports. Loading a compressor rebuilds only the model (``csr.model``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from adaptemb import info_nce, normalized_mse
-from adaptemb_plugins.csr_model import CSRModel, row_blocks
+from adaptemb_plugins.csr.model import CSRModel, row_blocks
 
 
 @dataclass(frozen=True)
