@@ -56,7 +56,8 @@ def test_the_registry_composes_declared_projections_with_declared_quantizers() -
     assert issubclass(cls, ComposedCompressor) and cls.name == "svd+rabitq"
     assert registry.get("svd+rabitq") is cls and cls.Projection is registry.get("svd")
     assert "svd+rabitq" in registry.compositions() and registry.info("svd+rabitq").cls is cls
-    assert registry.get("cllr+binary").fit_inputs == frozenset({"pairs", "labels"})
+    assert registry.get("cllr+binary").fit_inputs == frozenset({"pairs", "labels", "queries"})  # queries: choices
+    assert registry.get("cllr+rabitq").fit_inputs == frozenset({"pairs", "labels"})  # nothing for queries to choose
 
 
 @pytest.mark.parametrize(("name", "problem"), [

@@ -20,6 +20,7 @@ from adaptemb.compose import (
     itq_rotation,
     random_rotation,
 )
+from adaptemb.compose import choice as compose_choice
 from adaptemb.compose import compressor as compose_compressor
 from adaptemb.index.float_binary import FloatBinaryIndex
 from adaptemb.serialization import read_tensors
@@ -112,7 +113,7 @@ def test_auto_rotation_is_itq_before_sign_bits_and_none_before_other_quantisers(
 
 def test_rotation_pairs_chooses_between_hadamard_and_none_above_the_itq_rank(
         x: np.ndarray, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compose_compressor, "ITQ_MAX_RANK", 16)
+    monkeypatch.setattr(compose_choice, "ITQ_MAX_RANK", 16)
     rng = np.random.default_rng(1)
     documents = x[:80]
     queries = documents + 0.5 * x.std() * rng.standard_normal(documents.shape)

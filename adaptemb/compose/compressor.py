@@ -34,7 +34,14 @@ import torch
 
 from adaptemb.budgets import Budgets, largest_budget_within
 from adaptemb.codes import Codes, DenseCodes, decoded_inner_products
-from adaptemb.compose.config import ComposedConfig, composed_config, make_composed_config, part_settings
+from adaptemb.compose.choice import choose_by_queries, chosen_by_pairs
+from adaptemb.compose.config import (
+    ComposedConfig,
+    composed_config,
+    make_composed_config,
+    part_settings,
+    queries_choose,
+)
 from adaptemb.compose.export import ComposedHead, projected_values, refusal
 from adaptemb.compose.levels import (
     CHOICE_MIN_QUERIES,
@@ -57,18 +64,11 @@ from adaptemb.compose.stages import (
 from adaptemb.errors import InvalidConfigError, UnsupportedExportError
 from adaptemb.linalg import has_direction
 from adaptemb.method import Compressor
-from adaptemb.ranking import reciprocal_ranks
 from adaptemb.registry import COMPOSE_SEPARATOR, get_index_registry
 from adaptemb.serialization import split_prefix
 
 SIZE_SAMPLE_ROWS = 1024
 """Fit rows a quantiser is fitted on to measure its code size at a candidate rank (more where the rank is larger)."""
-CHOICE_ROTATIONS = ("random", "itq", "none")
-"""The rotations ``rotation="pairs"`` chooses among, in the order that breaks a tie, up to rank ``ITQ_MAX_RANK``;
-above it ``LARGE_RANK_CHOICES`` (ITQ would take minutes per rank, and Hadamard stands in for the dense random matrix)."""
-LARGE_RANK_CHOICES = ("hadamard", "none")
-CHOICE_ROWS, CHOICE_PAIRS = 10_000, 2_000
-"""At most this many fit rows (the distractors) and pairs (seeded samples) measure the pairs' MRR of a rotation."""
 
 
 def default_byte_ladder(largest: float) -> list[int]:
@@ -106,6 +106,8 @@ class ComposedCompressor(Compressor):
                     "that ranks other queries best about as often as chance); use rotation='auto', 'random', 'itq' "
                     "or 'none'", parameter="rotation", value="pairs")
             self.fit_inputs = type(self).fit_inputs | {"pairs"}  # type: ignore[misc]  # only to choose the rotation
+        if "queries" in self.fit_inputs and not queries_choose(self.config):
+            self.fit_inputs = self.fit_inputs - {"queries"}  # type: ignore[misc]  # nothing left for them to choose
         if self.config.bits_per_dim == 2 and (not self.Quantizer.sign_bits or self.config.rotation == "pairs"):
             why = (f"its quantizer {self.Quantizer.name} does not keep sign bits" if not self.Quantizer.sign_bits
                    else "rotation='pairs' chooses 1-bit stages only")
@@ -171,15 +173,19 @@ class ComposedCompressor(Compressor):
             raise InvalidConfigError(f"{self.name}: rotation='pairs' chooses the rotation by the MRR of labelled pairs; "
                                      "pass pairs=(queries, documents) to fit, or choose rotation='auto', 'random', "
                                      "'itq' or 'none'", parameter="rotation", value="pairs")
+        queries = supervision.pop("queries", None)
         projection = self._given_projection or self._fit_projection(x, supervision)
         self._projection, self._stages, self._sizes, self._choices = projection, {}, {}, {}
-        for rank in self._plan_ranks(x):
+        if queries is not None:  # every width's rotation and bits judged by the sample (adaptemb.compose.choice)
+            self._stages, chosen, self._choices = choose_by_queries(self, x, self._plan_ranks(x), queries)
+        for rank in [] if queries is not None else self._plan_ranks(x):
             self._stages[rank] = self._fit_stage(x, rank, supervision)
-        bits_choice = {width: self._choose_bits(x, width) for width in self._two_bit_widths(projection)}
+        bits_choice = {} if queries is not None else {
+            width: self._choose_bits(x, width) for width in self._two_bit_widths(projection)}
         if self.config.k is not None and self.config.k not in self._stages:
             raise InvalidConfigError(f"{self.name}: k={self.config.k} is not a rank of the projection "
                                      f"({projection.budgets().describe()})", parameter="k", value=self.config.k)
-        kinds = {width: self.rotation_kind(self._rank(width)) for width in sorted(self._stages)}
+        kinds = chosen if queries is not None else {width: self.rotation_kind(self._rank(width)) for width in sorted(self._stages)}
         self.fit_report = {"ranks": sorted(self._stages), "rotation": _one_or_mixed(kinds.values()), "rotations": kinds,
                            "bits_per_dim": {width: width // self._rank(width) for width in sorted(self._stages)},
                            "bytes_per_vector": {r: self._code_bytes(r) for r in sorted(self._stages)},
@@ -187,7 +193,7 @@ class ComposedCompressor(Compressor):
         if bits_choice and self.config.bits_per_dim == "auto":
             self.fit_report["bits_choice"] = bits_choice
         if self._choices:
-            self.fit_report["rotation_choice"] = dict(sorted(self._choices.items()))
+            self.fit_report["query_choice" if queries is not None else "rotation_choice"] = dict(sorted(self._choices.items()))
 
     def _fit_projection(self, x: torch.Tensor, supervision: dict[str, Any]) -> Compressor:
         """A new projection fitted on ``x`` with the supervision it learns from."""
@@ -205,7 +211,7 @@ class ComposedCompressor(Compressor):
         learns from goes to it (pairs projected and rotated like the rows)."""
         y = self._projected(x, rank)
         if self.config.rotation == "pairs":
-            return self._chosen_stage(y, rank, supervision["pairs"])
+            return chosen_by_pairs(self, y, rank, supervision["pairs"], self._choices)
         rotation = fit_rotation(y, self.rotation_kind(rank), self.config.seed, self.config.itq_iterations)
         mine = {key: value for key, value in supervision.items() if key in self.Quantizer.fit_inputs}
         if "pairs" in mine:
@@ -257,31 +263,6 @@ class ComposedCompressor(Compressor):
 
     def _rank(self, width: int) -> int:
         return rank_of(width, self._stages[width][0])
-
-    def _chosen_stage(self, y: torch.Tensor, rank: int,
-                      pairs: tuple[torch.Tensor, torch.Tensor]) -> Stage:
-        """rotation='pairs': the stage of each candidate (``CHOICE_ROTATIONS``, or ``LARGE_RANK_CHOICES`` above rank
-        ``ITQ_MAX_RANK``); the one whose pairs' MRR is highest (each float pair query ranks its document's code
-        among the fit rows' codes), recorded in ``_choices``."""
-        rng = np.random.default_rng(self.config.seed)
-        take = np.sort(rng.choice(len(pairs[0]), min(len(pairs[0]), CHOICE_PAIRS), replace=False))
-        queries, documents = (self._projected(side[torch.from_numpy(take)], rank) for side in pairs)
-        rows = y[torch.from_numpy(np.sort(rng.choice(len(y), CHOICE_ROWS, replace=False)))] if len(y) > CHOICE_ROWS else y
-        seen = {row.numpy().tobytes() for row in documents}
-        keys = torch.cat([documents, rows[[row.numpy().tobytes() not in seen for row in rows]]])
-        stages, mrr = {}, {}
-        candidates = CHOICE_ROTATIONS if rank <= ITQ_MAX_RANK else LARGE_RANK_CHOICES
-        for kind in candidates:
-            rotation = fit_rotation(y, kind, self.config.seed, self.config.itq_iterations)
-            quantizer = self.Quantizer(config=self.config.quantizer).fit(transformed_documents(rotation, y))  # type: ignore[attr-defined]
-            stages[kind] = (rotation, quantizer)
-            scores = self._scores(quantizer, self._stage_queries(stages[kind], queries),
-                                  quantizer.encode(transformed_documents(rotation, keys)))
-            mrr[kind] = float(reciprocal_ranks(torch.from_numpy(scores), torch.eye(*scores.shape, dtype=torch.bool)).mean())
-        chosen = max(candidates, key=lambda kind: mrr[kind])
-        self._choices[rank] = {"chosen": chosen, "pair_mrr": mrr, "pairs": len(take),
-                               "distractor_rows": len(keys) - len(take)}
-        return stages[chosen]
 
     def _plan_ranks(self, x: torch.Tensor) -> list[int]:
         """The ranks to prepare: the largest rank whose codes fit each byte budget (sizes measured by fitting the
@@ -439,7 +420,7 @@ class ComposedCompressor(Compressor):
 
     def _state(self) -> dict[str, torch.Tensor]:
         projection = {f"projection.{key}": t for key, t in self._projection.state_tensors().items()}
-        return stage_tensors(self._stages) | projection
+        return stage_tensors(self._stages, lambda width: self.rotation_kind(self._rank(width))) | projection
 
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         self._projection = self.Projection(config=self.config.projection)  # type: ignore[attr-defined]
@@ -482,7 +463,7 @@ def composed_class(projection: type[Compressor], quantizer: type[Compressor]) ->
         "Projection": projection,
         "Quantizer": quantizer,
         "Config": composed_config(name, projection.Config, quantizer.Config),
-        "fit_inputs": projection.fit_inputs | quantizer.fit_inputs,
+        "fit_inputs": projection.fit_inputs | quantizer.fit_inputs | ({"queries"} if quantizer.sign_bits else set()),
         # the contract fits every composition through a stored rotation (tests/test_contract.py also runs one without)
         "test_params": {"projection": dict(projection.test_params), "quantizer": dict(quantizer.test_params),
                         "rotation": "random"},

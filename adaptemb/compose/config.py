@@ -48,6 +48,12 @@ class ComposedConfig(CompressorConfig):
         "where the quantiser or an index backend can; False: queries are quantised like documents.")
 
 
+def queries_choose(config: ComposedConfig) -> bool:
+    """True when a sample of queries (``fit(x, queries=...)``) has a choice to judge under ``config``: the rotation
+    (``auto``) or the bits per dimension (``auto``), unless ``rotation="pairs"`` chooses by the pairs."""
+    return config.rotation != "pairs" and (config.rotation == "auto" or config.bits_per_dim == "auto")
+
+
 def composed_config(name: str, projection: type[CompressorConfig],
                     quantizer: type[CompressorConfig]) -> type[ComposedConfig]:
     """The config class of one composition: ``ComposedConfig`` with the parts' configs as ``projection`` and

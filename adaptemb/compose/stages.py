@@ -38,9 +38,15 @@ def rotation_of(transform: Transform) -> Rotation | None:
     return transform.rotation if isinstance(transform, SignMagnitude) else transform
 
 
-def stage_tensors(stages: dict[int, Stage]) -> dict[str, torch.Tensor]:
-    """The stages' tensors as the file holds them (see the module docstring)."""
+def stage_tensors(stages: dict[int, Stage], rotation_kind: Callable[[int], str]) -> dict[str, torch.Tensor]:
+    """The stages' tensors as the file holds them (see the module docstring); ``rotation_kind(width)`` is the
+    config's rotation there: a width without a rotation where the config names one (a query sample chose none)
+    is listed in ``unrotated_widths``."""
     state = {"ranks": torch.tensor(sorted(stages), dtype=torch.int64)}
+    unrotated = [width for width, (transform, _) in sorted(stages.items())
+                 if rotation_of(transform) is None and rotation_kind(width) not in ("none", "pairs")]
+    if unrotated:  # absent from files before query choices, and from those with none
+        state["unrotated_widths"] = torch.tensor(unrotated, dtype=torch.int64)
     two_bit = [width for width, (transform, _) in sorted(stages.items()) if isinstance(transform, SignMagnitude)]
     if two_bit:  # absent from files before 2-bit stages, and from those with none
         state["two_bit_widths"] = torch.tensor(two_bit, dtype=torch.int64)
@@ -61,13 +67,17 @@ def stages_from_tensors(tensors: dict[str, torch.Tensor], rotation_kind: Callabl
     two_bit = [int(w) for w in tensors["two_bit_widths"].tolist()] if "two_bit_widths" in tensors else []
     if not set(two_bit) <= {w for w in widths if w % 2 == 0}:
         raise ValueError(f"two_bit_widths must be even widths among the ranks {widths}; got {two_bit}")
+    unrotated = {int(w) for w in tensors["unrotated_widths"].tolist()} if "unrotated_widths" in tensors else set()
+    if not unrotated <= set(widths):
+        raise ValueError(f"unrotated_widths must be among the ranks {widths}; got {sorted(unrotated)}")
     stages: dict[int, Stage] = {}
     for width in widths:
         own, rank = split_prefix(tensors, f"rank{width}."), width // 2 if width in two_bit else width
         kind = rotation_kind(rank)
         chose_none = kind == "pairs" and "center" not in own  # rotation='pairs' chose none at this rank
         # the stored tensors say which rotation (files of rotation='auto' from before Hadamard hold ITQ matrices)
-        rotation = None if kind == "none" or chose_none else Rotation.from_tensors(own, rank)
+        unrotated_kind = kind == "none" or chose_none or width in unrotated
+        rotation = None if unrotated_kind else Rotation.from_tensors(own, rank)
         quantizer = new_quantizer()
         quantizer.restore(width, split_prefix(own, "quantizer."))
         stages[width] = (SignMagnitude.from_tensors(own, rank, rotation) if width in two_bit else rotation, quantizer)
