@@ -91,6 +91,10 @@ def bench_command(
                                      "adds the compositions of projections made for them (mrl+binary, ...).")] = False,
     fit_labels: Annotated[bool, flag("fit-labels", "Fit the methods that learn from labels (csr, cllr, ...) with the "
                                      "dataset's corpus labels; the default list then adds cllr+binary, ...")] = False,
+    fit_queries: Annotated[int, typer.Option(
+        "--fit-queries", min=0, help="Real queries never evaluated that judge the fits' choices (csr, svd+binary, ...: "
+        "fit(x, queries=...)): the dataset's dev_queries, else this many of its queries held out of the evaluation; "
+        "0: fits choose without queries.")] = 500,
     budgets: Annotated[str | None, typer.Option(
         "--budgets", help="Comma list of budgets k in each method's own unit (active dims, bits, sub-quantisers); "
         "instead of --bytes.")] = None,
@@ -130,7 +134,7 @@ def bench_command(
     from adaptemb.cli.steps import StepBar
     from adaptemb.datasets import load_dataset
     from adaptemb.evaluate.report import evaluated_query_ids, write_report
-    from adaptemb.evaluate.runner import BenchConfig, fit_supervision, run_bench
+    from adaptemb.evaluate.runner import BenchConfig, fit_supervision, query_takers, run_bench
     from adaptemb.evaluate.scale import ScaleConfig
     from adaptemb.evaluate.terminal import print_summary, print_table
 
@@ -152,20 +156,26 @@ def bench_command(
     config = BenchConfig(methods=names or [], budgets=parse_ints(budgets or DEFAULT_BUDGETS, "--budgets"), bytes=byte_budgets,
                          device=device, rerank=rerank, shortlist=shortlist, seed=seed, rounds=rounds, warmup=warmup,
                          batch_size=batch_size, method_params=method_params(param or []), fit_progress=False,
-                         fit_labels=fit_labels, scale=scale_config, keep_rankings=save_runs)
+                         fit_labels=fit_labels, fit_queries=fit_queries, scale=scale_config, keep_rankings=save_runs)
     log = (lambda msg: console.print(f"[dim]- {msg}[/dim]"))
     log(f"loading dataset {data}")
     with warnings.catch_warnings():  # ignored extra arrays become a note of the report instead
         warnings.simplefilter("ignore", UserWarning)
         dataset = load_dataset(data, seed=seed, progress=not quiet, backbone=backbone, split=split,
                                cache_dir=out / "embeddings", device=device, log=log)
+    if names is None:
+        config.methods = default_methods(fit_supervision(dataset) if fit_labels else (), matryoshka=matryoshka)
+        _check_names(config.methods, param or [])
+    if fit_queries and dataset.dev_queries is None and len(dataset.queries) >= 3 and query_takers(config):
+        held = min(fit_queries, len(dataset.queries) // 3)
+        dataset = dataset.holding_out_queries(held, seed)
+        dataset.notes.append(f"fit queries: {held:,} of the dataset's queries (seeded) are held out of the evaluation "
+                             f"as the query sample of {', '.join(query_takers(config))} (the dataset has no "
+                             f"dev_queries); {len(dataset.queries):,} evaluated")
     if save_runs:
         from adaptemb.evaluate.runs import check_run_ids
 
         check_run_ids(dataset)
-    if names is None:
-        config.methods = default_methods(fit_supervision(dataset) if fit_labels else (), matryoshka=matryoshka)
-        _check_names(config.methods, param or [])
     result = run_bench(dataset, config, progress=None if quiet else StepBar(console))
     if save_runs:
         from adaptemb.evaluate.runs import save_runs as write_runs

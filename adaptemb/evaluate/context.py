@@ -44,6 +44,10 @@ class BenchConfig:
     fit_labels: bool = False
     """Pass the dataset's corpus labels to ``fit`` of the methods that learn from labels (``fit_inputs``). Off by
     default: a dataset's labels are its 1-NN evaluation's, and class labels need not help retrieval."""
+    fit_queries: int = 500
+    """At most this many of the dataset's ``dev_queries`` (real queries never evaluated) go to ``fit(x, queries=...)``
+    of the methods whose fit-time choices they judge (``"queries"`` in ``fit_inputs``); 0: fits choose without them.
+    ``adaptemb bench`` holds this many of a dataset's queries out of the evaluation for it when it has none."""
     scale: ScaleConfig | None = None
     """With a config, also run the scale study (``adaptemb.evaluate.scale``) on the fitted methods."""
     keep_rankings: bool = False

@@ -74,6 +74,10 @@ def run_bench(data: Dataset, config: BenchConfig,
     if data.metadata.get("ignored_arrays"):
         ctx.notes.append(f"dataset: ignored array(s) {data.metadata['ignored_arrays']} (not dataset arrays)")
     ctx.notes.extend(data.notes)
+    if "queries" in ctx.supervision:
+        ctx.notes.append(f"fit queries: {len(ctx.supervision['queries']):,} real queries apart from the evaluated ones "
+                         "(the dataset's dev_queries, never evaluated) judge the fit-time choices of the methods that "
+                         "make them (csr, compositions before sign bits); `--fit-queries 0` fits without them")
     rows = [_reference_row(ctx)]
     for name in config.methods:
         rows.extend(_bench_method(name, ctx))
@@ -190,8 +194,16 @@ def _prepare(data: Dataset, config: BenchConfig, steps: StepLog) -> RunContext:
         count = min(config.loo_queries, len(corpus))
         loo = np.sort(np.random.default_rng(config.seed).choice(len(corpus), size=count, replace=False))
     supervision = fit_supervision(data) if config.fit_labels else {}
+    if config.fit_queries and data.dev_queries is not None:
+        supervision["queries"] = np.ascontiguousarray(data.dev_queries[: config.fit_queries], dtype=np.float32)
     return RunContext(data, config, str(resolve_device(config.device)), corpus, queries, np.empty((0, 10)), loo, steps,
                     [], supervision)
+
+
+def query_takers(config: BenchConfig) -> list[str]:
+    """The methods of the run, as configured, whose fit-time choices a query sample judges (``fit_inputs``)."""
+    return [name for name in config.methods
+            if "queries" in get_registry().get(name)(**config.method_params.get(name, {})).fit_inputs]
 
 
 def fit_supervision(data: Dataset) -> dict[str, Any]:
@@ -220,10 +232,14 @@ def _share_projection(compressor: Compressor, ctx: RunContext) -> float:
 
 def _fit(compressor: Compressor, ctx: RunContext) -> float:
     """Fit on the corpus with the supervision the method learns from (noted); the seconds it took."""
-    own = {key: value for key, value in ctx.supervision.items() if key in type(compressor).fit_inputs}
-    if own:
-        ctx.notes.append(f"{compressor.name}: fitted with the dataset's corpus {' and '.join(own)}"
+    own = {key: value for key, value in ctx.supervision.items() if key in compressor.fit_inputs}
+    learned = [key for key in own if key != "queries"]
+    if learned:
+        ctx.notes.append(f"{compressor.name}: fitted with the dataset's corpus {' and '.join(learned)}"
                          + (" (seen by the fit, so leave-one-out 1-NN accuracy is optimistic)" if ctx.loo_rows is not None else ""))
+    if "queries" in own:
+        ctx.notes.append(f"{compressor.name}: its fit-time choices judged by {len(own['queries']):,} real queries that "
+                         "are never evaluated (the dataset's dev_queries)")
     _, seconds = timed(lambda: compressor.fit(ctx.corpus, **own))
     return seconds
 
@@ -233,6 +249,7 @@ def _dataset_info(data: Dataset) -> dict[str, Any]:
     return {
         "name": data.name, "corpus": len(data.corpus), "queries": len(data.queries), "dim": data.dim,
         "judged_queries": judged, "labels": data.labels is not None, "query_labels": data.query_labels is not None,
+        "dev_queries": 0 if data.dev_queries is None else len(data.dev_queries),
         "description": data.description,
     }
 
