@@ -159,7 +159,7 @@ def test_lloyd_levels_and_the_two_sign_planes_by_hand() -> None:
 
 
 def test_two_bit_stages_code_half_the_rank_in_the_same_width(x: np.ndarray, tmp_path: Path) -> None:
-    fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2, 4], bits_per_dim=2)
+    fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2, 4], bits_per_dim=2, rotation="itq")
     assert fitted.fit_report["bits_per_dim"] == {16: 2, 32: 2, 48: 2} and "bits_choice" not in fitted.fit_report
     docs, queries = fitted.encode(x, bytes=4), fitted.encode_queries(x[:7], k=32)
     assert docs.dim == 32 and docs.bytes_per_vector == 4 and queries.values.shape == (7, 32)
@@ -310,7 +310,7 @@ def test_a_composition_pickles_as_its_parts_config_and_tensors(x: np.ndarray) ->
 
 
 def test_a_damaged_rotation_is_refused_at_load(x: np.ndarray, tmp_path: Path) -> None:
-    fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2])
+    fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2], rotation="itq")
     state = fitted.state_tensors()
     state["rank16.rotation"] = 2 * state["rank16.rotation"]
     with pytest.raises(adaptemb.CorruptFileError, match="not orthogonal"):
@@ -322,3 +322,20 @@ def test_onnx_export_is_refused_clearly(x: np.ndarray, tmp_path: Path) -> None:
     fitted = adaptemb.fit(x, "svd+rabitq", byte_budgets=[2])
     with pytest.raises(UnsupportedExportError, match="svd\\+rabitq cannot be exported to ONNX: its quantizer rabitq"):
         fitted.export_onnx(tmp_path / "head.onnx")
+
+
+def test_budgets_past_the_full_rank_take_two_bits_on_a_larger_rank(x: np.ndarray, tmp_path: Path) -> None:
+    """48-d rows: the full rank's 1-bit code is 6 B; 8 B takes 2 bits on rank 32 and 12 B 2 bits on rank 48 (issue 46:
+    every budget filled), with a query sample too; bits_per_dim=1 leaves them to the full rank."""
+    fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2, 8, 12])
+    assert fitted.fit_report["ranks"] == [16, 48, 64, 96]
+    assert {w: fitted.fit_report["bits_per_dim"][w] for w in (64, 96)} == {64: 2, 96: 2}
+    for nbytes, width in ((8, 64), (12, 96), (100, 96)):
+        codes = fitted.encode(x, bytes=nbytes)
+        assert codes.dim == width and codes.bytes_per_vector == width / 8
+    loaded = adaptemb.load(fitted.save(tmp_path / "past.safetensors"))
+    np.testing.assert_array_equal(loaded.encode(x, k=96).packed, fitted.encode(x, k=96).packed)
+    chosen = adaptemb.fit(x, "svd+binary", byte_budgets=[8], queries=x[::5])
+    assert chosen.fit_report["query_choice"][64]["bits"] == 2
+    assert all(key.endswith("/2bit") for key in chosen.fit_report["query_choice"][64]["recall_at_10"])
+    assert adaptemb.fit(x, "svd+binary", byte_budgets=[8], bits_per_dim=1).fit_report["ranks"] == [48]

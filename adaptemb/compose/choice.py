@@ -72,6 +72,8 @@ def bits_candidates(composed: ComposedCompressor, width: int, ranks: set[int]) -
     """The bits per dimension judged at ``width``: 2 only where half the width is a rank of the projection."""
     two = width % 2 == 0 and width // 2 in ranks
     setting = composed.config.bits_per_dim
+    if width > max(ranks):  # past the full rank only 2 bits code the width
+        return (2,)
     if setting == "auto":
         return (1, 2) if two else (1,)
     return (2,) if setting == 2 and two else (1,)

@@ -51,8 +51,9 @@ from adaptemb.compose.levels import (
     held_out_split,
     lift,
     neighbour_recall,
+    widths_beyond_full_rank,
 )
-from adaptemb.compose.rotation import ITQ_MAX_RANK, HadamardRotation, fit_rotation
+from adaptemb.compose.rotation import ITQ_MAX_RANK, NO_ROTATION_MAX_RANK, HadamardRotation, fit_rotation
 from adaptemb.compose.stages import (
     Stage,
     rank_of,
@@ -144,12 +145,18 @@ class ComposedCompressor(Compressor):
 
     def rotation_kind(self, rank: int) -> str:
         """The rotation this config fits at ``rank``: ``rotation``; ``auto`` before a sign-bit quantiser (its
-        ``sign_bits``) is ITQ up to rank ``ITQ_MAX_RANK`` and Hadamard above, before any other quantiser none."""
+        ``sign_bits``) is none up to rank ``NO_ROTATION_MAX_RANK``, ITQ up to ``ITQ_MAX_RANK`` and Hadamard above,
+        before any other quantiser none (a query sample, ``fit(x, queries=...)``, chooses instead)."""
         if self.config.rotation != "auto":
             return self.config.rotation
-        if not self.Quantizer.sign_bits:
+        if not self.Quantizer.sign_bits or rank <= NO_ROTATION_MAX_RANK:
             return "none"
         return "itq" if rank <= ITQ_MAX_RANK else "hadamard"
+
+    @property
+    def _lists_unrotated(self) -> bool:
+        """Whether the file lists the widths left unrotated (``stages``): where the config may rotate sign bits."""
+        return self.config.rotation not in ("none", "pairs") and self.Quantizer.sign_bits
 
     # -- fit -----------------------------------------------------------------------------------------
 
@@ -178,8 +185,8 @@ class ComposedCompressor(Compressor):
         self._projection, self._stages, self._sizes, self._choices = projection, {}, {}, {}
         if queries is not None:  # every width's rotation and bits judged by the sample (adaptemb.compose.choice)
             self._stages, chosen, self._choices = choose_by_queries(self, x, self._plan_ranks(x), queries)
-        for rank in [] if queries is not None else self._plan_ranks(x):
-            self._stages[rank] = self._fit_stage(x, rank, supervision)
+        for rank in [] if queries is not None else self._plan_ranks(x):  # a width past the full rank: 2 bits
+            self._stages[rank] = self._fit_stage(x, rank, supervision) if rank <= self._full else self._fit_two_bit_stage(x, rank // 2)
         bits_choice = {} if queries is not None else {
             width: self._choose_bits(x, width) for width in self._two_bit_widths(projection)}
         if self.config.k is not None and self.config.k not in self._stages:
@@ -227,7 +234,7 @@ class ComposedCompressor(Compressor):
         levels = fit_levels(z, rotation)
         return levels, self.Quantizer(config=self.config.quantizer).fit(lift(z, levels.threshold))  # type: ignore[attr-defined]
 
-    def _two_bit_widths(self, projection: Compressor) -> list[int]:
+    def _two_bit_widths(self, projection: Compressor, widths: list[int] | None = None) -> list[int]:
         """The prepared widths that may hold 2 bits on half the rank: every even one whose half is a rank of the
         projection, before a sign-bit quantiser that learns from nothing but the rows, unless bits_per_dim=1 or
         rotation='pairs'."""
@@ -235,7 +242,12 @@ class ComposedCompressor(Compressor):
                 or self.Quantizer.fit_inputs):
             return []
         ranks = set(projection.budgets().options())
-        return [width for width in sorted(self._stages) if width % 2 == 0 and width // 2 in ranks]
+        return [width for width in widths or sorted(self._stages) if width % 2 == 0 and width // 2 in ranks
+                and width <= self._full]
+
+    def _two_bit_size(self, width: int) -> float:
+        """Bytes per vector of the sign-bit quantiser's code of ``width`` (two planes of rank width / 2)."""
+        return float(self.Quantizer(config=self.config.quantizer).fit(torch.ones(2, width)).encode(torch.ones(1, width)).bytes_per_vector)  # type: ignore[attr-defined]
 
     def _choose_bits(self, x: torch.Tensor, width: int) -> dict[str, Any]:
         """At ``width``: 2 bits on half the rank (fitted on all rows) where they rank better than 1 bit, or always
@@ -284,7 +296,13 @@ class ComposedCompressor(Compressor):
         sizes[full] = float(probe.encode(self._projected(sample[:1], full)).bytes_per_vector)
         budgets = self.config.byte_budgets or default_byte_ladder(sizes[full])
         ranks = {largest_budget_within(nbytes, options, size) for nbytes in budgets}
+        if self._two_bit_widths(self._projection, [2 * options[0]]):  # 2 bits may fill budgets past the full rank
+            ranks |= set(widths_beyond_full_rank(budgets, options, sizes[full], self._two_bit_size))
         return sorted(r for r in ranks | {full, self.config.k} if r is not None)
+
+    @property
+    def _full(self) -> int:
+        return self._projection.budgets().options()[-1]
 
     def _sample_size(self, sample: torch.Tensor, rank: int) -> float:
         """Bytes per vector of the quantiser's codes at ``rank`` (infinite where it cannot code that rank)."""
@@ -420,12 +438,12 @@ class ComposedCompressor(Compressor):
 
     def _state(self) -> dict[str, torch.Tensor]:
         projection = {f"projection.{key}": t for key, t in self._projection.state_tensors().items()}
-        return stage_tensors(self._stages, lambda width: self.rotation_kind(self._rank(width))) | projection
+        return stage_tensors(self._stages, self._lists_unrotated) | projection
 
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         self._projection = self.Projection(config=self.config.projection)  # type: ignore[attr-defined]
         assert self.dim is not None  # restore() sets it first: the projection is restored at the input dimension
-        stages = stages_from_tensors(tensors, self.rotation_kind,
+        stages = stages_from_tensors(tensors, self.rotation_kind, self._lists_unrotated,
                                      lambda: self.Quantizer(config=self.config.quantizer))  # type: ignore[attr-defined]
         self._projection.restore(self.dim, split_prefix(tensors, "projection."))
         self._stages, self._sizes = stages, {}

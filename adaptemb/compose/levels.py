@@ -16,6 +16,7 @@ better of the two, see ``adaptemb.compose.compressor``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,3 +110,18 @@ def neighbour_recall(scores: np.ndarray, exact: np.ndarray) -> float:
 def exact_neighbours(queries: torch.Tensor, documents: torch.Tensor) -> np.ndarray:
     """(q, CHOICE_TOP) ids of the documents with the largest inner product with each float query."""
     return exact_top_k(queries.numpy(), documents.numpy(), CHOICE_TOP)
+
+
+def widths_beyond_full_rank(budgets: list[float], ranks: list[int], full_bytes: float,
+                            width_bytes: Callable[[int], float]) -> list[int]:
+    """The 2-bit widths that fill byte budgets above the full rank's 1-bit code (``full_bytes``): for each such
+    budget, twice the largest rank whose 2-bit code (``width_bytes(2 r)``) fits it, where that exceeds the full
+    rank (e.g. 128 B of 768-d rows: 2 bits on rank 512); the budgets the full rank leaves unused."""
+    full, widths = ranks[-1], set()
+    for nbytes in budgets:
+        if nbytes <= full_bytes:
+            continue
+        fitting = [rank for rank in ranks if 2 * rank > full and width_bytes(2 * rank) <= nbytes]
+        if fitting:
+            widths.add(2 * max(fitting))
+    return sorted(widths)
