@@ -46,7 +46,7 @@ def candidates(seeds: int) -> list[tuple[str, dict[str, Any]]]:
     rows = [("none", {"rotation": "none", **one_bit})]
     rows += [(f"random-s{seed}", {"rotation": "random", "seed": seed, **one_bit}) for seed in range(seeds)]
     rows += [("itq", {"rotation": "itq", **one_bit}), ("itq20", {"rotation": "itq", "itq_iterations": 20, **one_bit}),
-             ("shipped-auto", {})]
+             ("shipped-auto", {})]  # the default of the code that runs (ITQ-50 everywhere and the bits proxy before issue 46)
     return rows
 
 
@@ -106,6 +106,7 @@ def summary(rows: list[dict[str, Any]], budgets: list[int]) -> dict[str, Any]:
 def main() -> None:
     parser = sweep_parser(__doc__.split("\n\n")[0], bytes_default="8,16,24,32,48,64,96", seeds=3)
     parser.add_argument("--sample", type=int, default=0, help="queries held out as the fit's sample (0: none)")
+    parser.add_argument("--labels", default=None, help="only these candidates (comma list of labels)")
     args = parser.parse_args()
     data = dataset(args.data, args.docs, 0)
     sample = None
@@ -114,7 +115,8 @@ def main() -> None:
         args.out = args.out or Path(__file__).parent / "results" / f"rotation_default_{args.data}_sample{args.sample}.json"
     load_before = list(os.getloadavg())
     rows = []
-    for label, params in candidates(args.seeds) if sample is None else sample_candidates():
+    chosen = candidates(args.seeds) if sample is None else sample_candidates()
+    for label, params in [c for c in chosen if args.labels is None or c[0] in args.labels.split(",")]:
         params = {**params, "queries": sample} if "queries" in params else params
         rows.append(measure(data, args.method, label, params, args.bytes))
         rows[-1]["params"] = {k: (f"{len(v)} sample queries" if k == "queries" else v) for k, v in params.items()}

@@ -1,6 +1,6 @@
-"""The bench's query sample (issue 46): a dataset's ``dev_queries`` (never evaluated) go to the fits whose choices
-they judge; without them the CLI holds a seeded share of the queries out of the evaluation, only when a method of
-the run takes a sample, and says so."""
+"""The bench's query sample (issue 46, ``--fit-queries N``, off by default): a dataset's ``dev_queries`` (never
+evaluated) go to the fits whose choices they judge; without them the CLI holds a seeded share of the queries out of
+the evaluation, only when a method of the run takes a sample, and says so."""
 
 from __future__ import annotations
 
@@ -52,7 +52,9 @@ def test_holding_out_queries_keeps_each_kept_querys_relevance_and_id() -> None:
 
 def test_the_runner_gives_dev_queries_to_the_methods_that_take_them() -> None:
     data = _dataset(dev=30)
-    config = BenchConfig(methods=["svd", "svd+binary"], bytes=[2, 4], rounds=1, warmup=0, batch_size=32, device="cpu")
+    assert BenchConfig(methods=["svd+binary"]).fit_queries == 0  # off by default (docs/results.md)
+    config = BenchConfig(methods=["svd", "svd+binary"], bytes=[2, 4], rounds=1, warmup=0, batch_size=32, device="cpu",
+                         fit_queries=500)
     assert query_takers(config) == ["svd+binary"]
     result = run_bench(data, config)
     assert result.dataset["dev_queries"] == 30 and result.dataset["queries"] == Q
@@ -66,7 +68,7 @@ def test_the_runner_gives_dev_queries_to_the_methods_that_take_them() -> None:
 def test_the_cli_holds_queries_out_only_for_a_method_that_takes_them(tmp_path: Path) -> None:
     save_dataset(_dataset(), tmp_path / "tiny.npz")
     base = ["bench", "--data", str(tmp_path / "tiny.npz"), "--bytes", "2,4", "--rounds", "1", "--warmup", "0",
-            "--batch-size", "32", "--device", "cpu", "--quiet"]
+            "--batch-size", "32", "--device", "cpu", "--quiet", "--fit-queries", "500"]
     for methods, evaluated in (("svd+binary", Q - Q // 3), ("svd", Q)):
         out = tmp_path / methods
         result = CliRunner().invoke(app, [*base, "--methods", methods, "--out", str(out)], env={"COLUMNS": "200"})

@@ -94,7 +94,7 @@ def bench_command(
     fit_queries: Annotated[int, typer.Option(
         "--fit-queries", min=0, help="Real queries never evaluated that judge the fits' choices (csr, svd+binary, ...: "
         "fit(x, queries=...)): the dataset's dev_queries, else this many of its queries held out of the evaluation; "
-        "0: fits choose without queries.")] = 500,
+        "0 (default): fits choose without queries.")] = 0,
     budgets: Annotated[str | None, typer.Option(
         "--budgets", help="Comma list of budgets k in each method's own unit (active dims, bits, sub-quantisers); "
         "instead of --bytes.")] = None,

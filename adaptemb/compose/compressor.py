@@ -10,8 +10,9 @@ rank). A quantiser whose code size it fixes itself per fit (pq, opq: ``Budgets.p
 
 Before a sign-bit quantiser (binary) a prepared width w may instead hold 2 bits per dimension on rank w / 2
 (``adaptemb.compose.levels``: two sign planes, so the code is again w bits wide): ``bits_per_dim="auto"`` keeps
-them at a width only where they rank a held-out slice of the fit rows better. So a stage is keyed by its code
-width ``k``: the projection rank at 1 bit, twice the rank at 2 bits.
+1 bit up to the full rank and 2 bits past it (budgets the full rank's code leaves unused), unless a query sample
+chooses (``adaptemb.compose.choice``). So a stage is keyed by its code width ``k``: the projection rank at 1 bit,
+twice the rank at 2 bits.
 
 Queries: a quantiser that scores float queries itself (``symmetric = False``: rabitq, sq, pq) gets the projected,
 rotated float query; documents of a symmetric quantiser are searched by the float query where an index backend
@@ -44,13 +45,9 @@ from adaptemb.compose.config import (
 )
 from adaptemb.compose.export import ComposedHead, projected_values, refusal
 from adaptemb.compose.levels import (
-    CHOICE_MIN_QUERIES,
     SignMagnitude,
-    exact_neighbours,
     fit_levels,
-    held_out_split,
     lift,
-    neighbour_recall,
     widths_beyond_full_rank,
 )
 from adaptemb.compose.rotation import ITQ_MAX_RANK, NO_ROTATION_MAX_RANK, HadamardRotation, fit_rotation
@@ -187,8 +184,8 @@ class ComposedCompressor(Compressor):
             self._stages, chosen, self._choices = choose_by_queries(self, x, self._plan_ranks(x), queries)
         for rank in [] if queries is not None else self._plan_ranks(x):  # a width past the full rank: 2 bits
             self._stages[rank] = self._fit_stage(x, rank, supervision) if rank <= self._full else self._fit_two_bit_stage(x, rank // 2)
-        bits_choice = {} if queries is not None else {
-            width: self._choose_bits(x, width) for width in self._two_bit_widths(projection)}
+        for width in self._two_bit_widths(projection) if queries is None and self.config.bits_per_dim == 2 else []:
+            self._stages[width] = self._fit_two_bit_stage(x, width // 2)
         if self.config.k is not None and self.config.k not in self._stages:
             raise InvalidConfigError(f"{self.name}: k={self.config.k} is not a rank of the projection "
                                      f"({projection.budgets().describe()})", parameter="k", value=self.config.k)
@@ -197,8 +194,6 @@ class ComposedCompressor(Compressor):
                            "bits_per_dim": {width: width // self._rank(width) for width in sorted(self._stages)},
                            "bytes_per_vector": {r: self._code_bytes(r) for r in sorted(self._stages)},
                            "projection": projection.fit_report}
-        if bits_choice and self.config.bits_per_dim == "auto":
-            self.fit_report["bits_choice"] = bits_choice
         if self._choices:
             self.fit_report["query_choice" if queries is not None else "rotation_choice"] = dict(sorted(self._choices.items()))
 
@@ -248,30 +243,6 @@ class ComposedCompressor(Compressor):
     def _two_bit_size(self, width: int) -> float:
         """Bytes per vector of the sign-bit quantiser's code of ``width`` (two planes of rank width / 2)."""
         return float(self.Quantizer(config=self.config.quantizer).fit(torch.ones(2, width)).encode(torch.ones(1, width)).bytes_per_vector)  # type: ignore[attr-defined]
-
-    def _choose_bits(self, x: torch.Tensor, width: int) -> dict[str, Any]:
-        """At ``width``: 2 bits on half the rank (fitted on all rows) where they rank better than 1 bit, or always
-        for bits_per_dim=2. Measured (auto) as the recall of the held-out rows' exact float top-10 among the other
-        fit rows, each candidate fitted on those other rows only."""
-        if self.config.bits_per_dim == 2:
-            self._stages[width] = self._fit_two_bit_stage(x, width // 2)
-            return {}
-        held_out, others = (torch.from_numpy(ids) for ids in held_out_split(len(x), self.config.seed))
-        if len(held_out) < CHOICE_MIN_QUERIES:
-            return {"bits": 1, "recall_at_10": {}, "held_out_rows": len(held_out), "documents": len(others),
-                    "unmeasured": f"fewer than {CHOICE_MIN_QUERIES} held-out rows"}
-        queries, documents = x[held_out], x[others]
-        exact = exact_neighbours(queries, documents)
-        recall = {}
-        for bits, rank, stage in ((1, width, self._fit_stage(documents, width, {})),
-                                  (2, width // 2, self._fit_two_bit_stage(documents, width // 2))):
-            doc_codes = stage[1].encode(transformed_documents(stage[0], self._projected(documents, rank)))
-            scores = self._scores(stage[1], self._stage_queries(stage, self._projected(queries, rank)), doc_codes)
-            recall[bits] = neighbour_recall(scores, exact)
-        if recall[2] > recall[1]:
-            self._stages[width] = self._fit_two_bit_stage(x, width // 2)
-        return {"bits": 2 if recall[2] > recall[1] else 1, "recall_at_10": recall,
-                "held_out_rows": len(held_out), "documents": len(others)}
 
     def _rank(self, width: int) -> int:
         return rank_of(width, self._stages[width][0])

@@ -40,9 +40,10 @@ class ComposedConfig(CompressorConfig):
         "pair queries among the fit rows' codes); needs pairs, and parts that learn nothing from them.")
     bits_per_dim: Literal["auto", 1, 2] = Field(
         "auto", description="Bits per rotated dimension before a sign-bit quantiser (binary): 1 (its sign); 2 (sign "
-        "and magnitude, Lloyd-Max levels, coded as two sign planes: the code of width w holds rank w / 2); auto: at "
-        "each prepared width, 2 bits on half the rank only where they rank a held-out slice of the fit rows' float "
-        "neighbours better than 1 bit. Other quantisers: 1 (auto means 1).")
+        "and magnitude, Lloyd-Max levels, coded as two sign planes: the code of width w holds rank w / 2); auto: 1 bit "
+        "up to the full rank and 2 bits on a larger rank past it (1 bit measured better wherever the rank allows it, "
+        "docs/results.md), or whichever a query sample, fit(x, queries=...), prefers at each width. Other quantisers: "
+        "1 (auto means 1).")
     itq_iterations: int = Field(DEFAULT_ITQ_ITERATIONS, ge=1, description="ITQ's alternations of signs and rotation (at most: it stops when no sign changes).")
     float_queries: bool = Field(
         True, description="Score the float query (through projection and rotation) against the quantised documents "

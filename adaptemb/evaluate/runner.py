@@ -77,7 +77,7 @@ def run_bench(data: Dataset, config: BenchConfig,
     if "queries" in ctx.supervision:
         ctx.notes.append(f"fit queries: {len(ctx.supervision['queries']):,} real queries apart from the evaluated ones "
                          "(the dataset's dev_queries, never evaluated) judge the fit-time choices of the methods that "
-                         "make them (csr, compositions before sign bits); `--fit-queries 0` fits without them")
+                         "make them (csr, compositions before sign bits)")
     rows = [_reference_row(ctx)]
     for name in config.methods:
         rows.extend(_bench_method(name, ctx))
