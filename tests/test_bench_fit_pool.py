@@ -5,7 +5,6 @@ fitted again here, and how many workers and threads a run takes."""
 from __future__ import annotations
 
 import os
-import time
 import types
 from typing import Any
 
@@ -14,7 +13,6 @@ import pytest
 import torch
 
 import adaptemb
-from adaptemb import Budgets, Codes, Compressor, DenseCodes
 from adaptemb.datasets import Dataset
 from adaptemb.evaluate.fit_pool import MAX_FIT_WORKERS, fork_available, plan_workers
 from adaptemb.evaluate.runner import BenchConfig, run_bench
@@ -55,31 +53,18 @@ def test_fits_in_workers_give_the_rows_of_fits_in_process() -> None:
     assert shared["svd+binary"] > shared["svd"] > 0  # the shared fit's seconds included, as in-process
 
 
-class PidToy(Compressor):
-    """Test method registered at run time: the first k dims; it remembers which process fitted it, and fails
-    when ``fail_in_worker`` is set and that process is not the test's."""
+class PidToy(adaptemb.get_registry().get("mrl")):  # type: ignore[misc]
+    """Test method registered at run time: mrl that remembers which process fitted it, and fails when
+    ``fail_in_worker`` is set and that process is not the test's."""
 
     name = "pidtoy"
     fail_in_worker = False
 
-    def _fit(self, x: torch.Tensor, **_: Any) -> None:
+    def _fit(self, x: torch.Tensor, **supervision: Any) -> None:
         self.fitted_in = os.getpid()
         if PidToy.fail_in_worker and self.fitted_in != ORIGIN:
             raise RuntimeError("this toy fails in a worker")
-        time.sleep(0.01)
-
-    def _encode(self, x: torch.Tensor, k: int) -> Codes:
-        return DenseCodes(x[:, :k].numpy())
-
-    def _budgets(self) -> Budgets:
-        assert self.dim is not None
-        return Budgets(low=1, high=self.dim, default=self.dim)
-
-    def _state(self) -> dict[str, torch.Tensor]:
-        return {}
-
-    def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
-        pass
+        super()._fit(x, **supervision)
 
 
 @pytest.fixture

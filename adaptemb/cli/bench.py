@@ -116,8 +116,12 @@ def bench_command(
         "on this many queries.")] = 0,
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="Timed rounds per latency measurement (the median is "
                                                            "reported; more for a tighter spread).")] = 3,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Warm-up rounds before timing.")] = 1,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Warm-up rounds before timing (the quality search over "
+                                                             "every query runs first and warms the index).")] = 0,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Queries per timed batch.")] = 512,
+    fit_workers: Annotated[int | None, typer.Option(
+        "--fit-workers", min=1, help="Processes fitting the methods side by side before the rows are timed "
+        "(1: one fit at a time in this process); by default one per free core on the CPU.")] = None,
     param: Annotated[list[str] | None, typer.Option(
         "--param", "-p", help="A method parameter as METHOD.NAME=VALUE (repeatable), e.g. -p csr.epochs=5.")] = None,
     quiet: Annotated[bool, flag("quiet", "Only the final table (no progress).", "-q")] = False,
@@ -152,7 +156,8 @@ def bench_command(
     config = BenchConfig(methods=names or [], budgets=parse_ints(budgets or DEFAULT_BUDGETS, "--budgets"), bytes=byte_budgets,
                          device=device, rerank=rerank, shortlist=shortlist, seed=seed, rounds=rounds, warmup=warmup,
                          batch_size=batch_size, method_params=method_params(param or []), fit_progress=False,
-                         fit_labels=fit_labels, scale=scale_config, keep_rankings=save_runs)
+                         fit_labels=fit_labels, scale=scale_config, keep_rankings=save_runs,
+                         fit_workers=fit_workers)
     log = (lambda msg: console.print(f"[dim]- {msg}[/dim]"))
     log(f"loading dataset {data}")
     with warnings.catch_warnings():  # ignored extra arrays become a note of the report instead
