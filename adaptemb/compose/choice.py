@@ -1,5 +1,6 @@
 """How a composition's fit chooses its stages: ``StageChoice``, a mixin of ``ComposedCompressor``.
 
+* the rotation ``rotation="auto"`` fits at a rank (``rotation_kind``: ITQ up to ``ITQ_MAX_RANK`` before sign bits);
 * the ranks to prepare: the largest rank whose codes fit each byte budget (``byte_budgets``, by default
   ``default_byte_ladder``), code sizes measured by fitting the quantiser on a sample of projected rows;
 * ``rotation="pairs"``: the rotation whose labelled pairs rank best (MRR) among the fit rows' codes;
@@ -55,8 +56,8 @@ def default_byte_ladder(largest: float) -> list[int]:
 
 class StageChoice:
     """The choices of a composition's fit (a mixin of ``ComposedCompressor``; it uses the composition's ``config``,
-    ``Quantizer``, fitted ``_projection`` and ``_stages``, and its ``rotation_kind``, ``_fit_stage``,
-    ``_projected``, ``_stage_queries`` and ``_scores``)."""
+    ``Quantizer``, fitted ``_projection`` and ``_stages``, and its ``_fit_stage``, ``_projected``,
+    ``_stage_queries`` and ``_scores``)."""
 
     Quantizer: ClassVar[type[Compressor]]
     config: ComposedConfig
@@ -65,11 +66,19 @@ class StageChoice:
     _choices: dict[int, dict[str, Any]]
 
     if TYPE_CHECKING:
-        def rotation_kind(self, rank: int) -> str: ...
         def _fit_stage(self, x: torch.Tensor, rank: int, supervision: dict[str, Any]) -> Stage: ...
         def _projected(self, x: torch.Tensor, rank: int) -> torch.Tensor: ...
         def _stage_queries(self, stage: Stage, y: torch.Tensor) -> Codes: ...
         def _scores(self, quantizer: Compressor, query_codes: Codes, doc_codes: Codes) -> np.ndarray: ...
+
+    def rotation_kind(self, rank: int) -> str:
+        """The rotation this config fits at ``rank``: ``rotation``; ``auto`` before a sign-bit quantiser (its
+        ``sign_bits``) is ITQ up to rank ``ITQ_MAX_RANK`` and Hadamard above, before any other quantiser none."""
+        if self.config.rotation != "auto":
+            return self.config.rotation
+        if not self.Quantizer.sign_bits:
+            return "none"
+        return "itq" if rank <= ITQ_MAX_RANK else "hadamard"
 
     def _plan_ranks(self, x: torch.Tensor) -> list[int]:
         """The ranks to prepare: the largest rank whose codes fit each byte budget (sizes measured by fitting the

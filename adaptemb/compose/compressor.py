@@ -37,7 +37,7 @@ from adaptemb.codes import Codes, DenseCodes, decoded_inner_products
 from adaptemb.compose.choice import StageChoice
 from adaptemb.compose.config import ComposedConfig, composed_config, make_composed_config, part_settings
 from adaptemb.compose.export import ComposedHead, projected_values, refusal
-from adaptemb.compose.rotation import ITQ_MAX_RANK, HadamardRotation, fit_rotation
+from adaptemb.compose.rotation import HadamardRotation, fit_rotation
 from adaptemb.compose.stages import (
     Stage,
     rank_of,
@@ -112,15 +112,6 @@ class ComposedCompressor(StageChoice, Compressor):
         if not self._quantizer_template.symmetric:
             return self._quantizer_template.query_kind
         return "dense" if self.float_queries else self.doc_kind
-
-    def rotation_kind(self, rank: int) -> str:
-        """The rotation this config fits at ``rank``: ``rotation``; ``auto`` before a sign-bit quantiser (its
-        ``sign_bits``) is ITQ up to rank ``ITQ_MAX_RANK`` and Hadamard above, before any other quantiser none."""
-        if self.config.rotation != "auto":
-            return self.config.rotation
-        if not self.Quantizer.sign_bits:
-            return "none"
-        return "itq" if rank <= ITQ_MAX_RANK else "hadamard"
 
     # -- fit -----------------------------------------------------------------------------------------
 
