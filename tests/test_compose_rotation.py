@@ -20,7 +20,7 @@ from adaptemb.compose import (
     itq_rotation,
     random_rotation,
 )
-from adaptemb.compose import compressor as compose_compressor
+from adaptemb.compose import choice as compose_choice
 from adaptemb.index.float_binary import FloatBinaryIndex
 from adaptemb.serialization import read_tensors
 from adaptemb.testing import clustered_embeddings
@@ -112,7 +112,7 @@ def test_auto_rotation_is_itq_before_sign_bits_and_none_before_other_quantisers(
 
 def test_rotation_pairs_chooses_between_hadamard_and_none_above_the_itq_rank(
         x: np.ndarray, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compose_compressor, "ITQ_MAX_RANK", 16)
+    monkeypatch.setattr(compose_choice, "ITQ_MAX_RANK", 16)
     rng = np.random.default_rng(1)
     documents = x[:80]
     queries = documents + 0.5 * x.std() * rng.standard_normal(documents.shape)
@@ -167,11 +167,11 @@ def test_a_hadamard_rotation_is_stored_as_signs_and_scores_like_its_matrix(x: np
 
 def test_auto_is_itq_up_to_its_largest_rank_then_hadamard_and_older_itq_files_still_load(
         x: np.ndarray, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compose_compressor, "ITQ_MAX_RANK", 100)  # every rank of the 48-d fixture: what older fits were
+    monkeypatch.setattr(compose_choice, "ITQ_MAX_RANK", 100)  # every rank of the 48-d fixture: what older fits were
     older = adaptemb.fit(x, "svd+binary", byte_budgets=[2])
     assert older.fit_report["rotation"] == "itq"
     older_path = older.save(tmp_path / "older.safetensors")
-    monkeypatch.setattr(compose_compressor, "ITQ_MAX_RANK", 16)
+    monkeypatch.setattr(compose_choice, "ITQ_MAX_RANK", 16)
     fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2])
     assert fitted.fit_report["rotation"] == "mixed" and fitted.fit_report["rotations"] == {16: "itq", 48: "hadamard"}
     _, tensors = read_tensors(fitted.save(tmp_path / "now.safetensors"))

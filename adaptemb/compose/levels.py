@@ -11,7 +11,7 @@ The documents are the 2r values ``[z, sign(z) * (|z| - t)]``, whose signs are ex
 sign-bit quantiser (binary) codes them as 2r bits, and a float query lifted to ``[mid * q, half * q]`` scores
 them with the same inner product as 1-bit codes, through the same index. So a 2-bit stage of rank r is a code
 of width 2r, the width of the 1-bit stage of rank 2r: one byte budget, one stage (the composition keeps the
-better of the two, see ``adaptemb.compose.compressor``).
+better of the two, see ``adaptemb.compose.choice``).
 """
 
 from __future__ import annotations

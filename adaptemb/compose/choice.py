@@ -1,0 +1,178 @@
+"""How a composition's fit chooses its stages: ``StageChoice``, a mixin of ``ComposedCompressor``.
+
+* the rotation ``rotation="auto"`` fits at a rank (``rotation_kind``: ITQ up to ``ITQ_MAX_RANK`` before sign bits);
+* the ranks to prepare: the largest rank whose codes fit each byte budget (``byte_budgets``, by default
+  ``default_byte_ladder``), code sizes measured by fitting the quantiser on a sample of projected rows;
+* ``rotation="pairs"``: the rotation whose labelled pairs rank best (MRR) among the fit rows' codes;
+* ``bits_per_dim``: 1 or 2 bits per dimension at a width (2 bits on half the rank, ``adaptemb.compose.levels``),
+  by the recall of held-out rows' exact neighbours.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+
+from adaptemb.budgets import largest_budget_within
+from adaptemb.compose.levels import (
+    CHOICE_MIN_QUERIES,
+    SignMagnitude,
+    exact_neighbours,
+    fit_levels,
+    held_out_split,
+    lift,
+    neighbour_recall,
+)
+from adaptemb.compose.rotation import ITQ_MAX_RANK, fit_rotation
+from adaptemb.compose.stages import Stage, transformed_documents
+from adaptemb.method import Compressor
+from adaptemb.ranking import reciprocal_ranks
+
+if TYPE_CHECKING:
+    from adaptemb.codes import Codes
+    from adaptemb.compose.config import ComposedConfig
+
+SIZE_SAMPLE_ROWS = 1024
+"""Fit rows a quantiser is fitted on to measure its code size at a candidate rank (more where the rank is larger)."""
+CHOICE_ROTATIONS = ("random", "itq", "none")
+"""The rotations ``rotation="pairs"`` chooses among, in the order that breaks a tie, up to rank ``ITQ_MAX_RANK``;
+above it ``LARGE_RANK_CHOICES`` (ITQ would take minutes per rank, and Hadamard stands in for the dense random matrix)."""
+LARGE_RANK_CHOICES = ("hadamard", "none")
+CHOICE_ROWS, CHOICE_PAIRS = 10_000, 2_000
+"""At most this many fit rows (the distractors) and pairs (seeded samples) measure the pairs' MRR of a rotation."""
+
+
+def default_byte_ladder(largest: float) -> list[int]:
+    """1, 2, 3, 4, 6, 8, 12, 16, 24, ... (powers of two and 1.5 times them) below ``largest`` bytes."""
+    ladder, power = set(), 1
+    while power < largest:
+        ladder |= {b for b in (power, 3 * power // 2) if b < largest}
+        power *= 2
+    return sorted(ladder)
+
+
+class StageChoice:
+    """The choices of a composition's fit (a mixin of ``ComposedCompressor``; it uses the composition's ``config``,
+    ``Quantizer``, fitted ``_projection`` and ``_stages``, and its ``_fit_stage``, ``_projected``,
+    ``_stage_queries`` and ``_scores``)."""
+
+    Quantizer: ClassVar[type[Compressor]]
+    config: ComposedConfig
+    _projection: Compressor
+    _stages: dict[int, Stage]
+    _choices: dict[int, dict[str, Any]]
+
+    if TYPE_CHECKING:
+        def _fit_stage(self, x: torch.Tensor, rank: int, supervision: dict[str, Any]) -> Stage: ...
+        def _projected(self, x: torch.Tensor, rank: int) -> torch.Tensor: ...
+        def _stage_queries(self, stage: Stage, y: torch.Tensor) -> Codes: ...
+        def _scores(self, quantizer: Compressor, query_codes: Codes, doc_codes: Codes) -> np.ndarray: ...
+
+    def rotation_kind(self, rank: int) -> str:
+        """The rotation this config fits at ``rank``: ``rotation``; ``auto`` before a sign-bit quantiser (its
+        ``sign_bits``) is ITQ up to rank ``ITQ_MAX_RANK`` and Hadamard above, before any other quantiser none."""
+        if self.config.rotation != "auto":
+            return self.config.rotation
+        if not self.Quantizer.sign_bits:
+            return "none"
+        return "itq" if rank <= ITQ_MAX_RANK else "hadamard"
+
+    def _plan_ranks(self, x: torch.Tensor) -> list[int]:
+        """The ranks to prepare: the largest rank whose codes fit each byte budget (sizes measured by fitting the
+        quantiser on a sample of projected rows), the full rank and ``k``; only ``k`` (or the full rank) for a
+        quantiser that fixes its size per fit."""
+        options = self._projection.budgets().options()
+        full = options[-1]
+        sample = x[: min(len(x), max(SIZE_SAMPLE_ROWS, 2 * full))]
+        sizes: dict[int, float] = {}
+
+        def size(rank: int) -> float:
+            if rank not in sizes:
+                sizes[rank] = self._sample_size(sample, rank)
+            return sizes[rank]
+
+        probe = self.Quantizer(config=self.config.quantizer).fit(self._projected(sample, full))  # type: ignore[attr-defined]
+        if probe.budgets().per_fit:
+            return [self.config.k or full]
+        sizes[full] = float(probe.encode(self._projected(sample[:1], full)).bytes_per_vector)
+        budgets = self.config.byte_budgets or default_byte_ladder(sizes[full])
+        ranks = {largest_budget_within(nbytes, options, size) for nbytes in budgets}
+        return sorted(r for r in ranks | {full, self.config.k} if r is not None)
+
+    def _sample_size(self, sample: torch.Tensor, rank: int) -> float:
+        """Bytes per vector of the quantiser's codes at ``rank`` (infinite where it cannot code that rank)."""
+        try:
+            quantizer = self.Quantizer(config=self.config.quantizer).fit(self._projected(sample, rank))  # type: ignore[attr-defined]
+            return float(quantizer.encode(self._projected(sample[:1], rank)).bytes_per_vector)
+        except (ValueError, TypeError, RuntimeError):
+            return math.inf
+
+    def _two_bit_widths(self, projection: Compressor) -> list[int]:
+        """The prepared widths that may hold 2 bits on half the rank: every even one whose half is a rank of the
+        projection, before a sign-bit quantiser that learns from nothing but the rows, unless bits_per_dim=1 or
+        rotation='pairs'."""
+        if (self.config.bits_per_dim == 1 or not self.Quantizer.sign_bits or self.config.rotation == "pairs"
+                or self.Quantizer.fit_inputs):
+            return []
+        ranks = set(projection.budgets().options())
+        return [width for width in sorted(self._stages) if width % 2 == 0 and width // 2 in ranks]
+
+    def _choose_bits(self, x: torch.Tensor, width: int) -> dict[str, Any]:
+        """At ``width``: 2 bits on half the rank (fitted on all rows) where they rank better than 1 bit, or always
+        for bits_per_dim=2. Measured (auto) as the recall of the held-out rows' exact float top-10 among the other
+        fit rows, each candidate fitted on those other rows only."""
+        if self.config.bits_per_dim == 2:
+            self._stages[width] = self._fit_two_bit_stage(x, width // 2)
+            return {}
+        held_out, others = (torch.from_numpy(ids) for ids in held_out_split(len(x), self.config.seed))
+        if len(held_out) < CHOICE_MIN_QUERIES:
+            return {"bits": 1, "recall_at_10": {}, "held_out_rows": len(held_out), "documents": len(others),
+                    "unmeasured": f"fewer than {CHOICE_MIN_QUERIES} held-out rows"}
+        queries, documents = x[held_out], x[others]
+        exact = exact_neighbours(queries, documents)
+        recall = {}
+        for bits, rank, stage in ((1, width, self._fit_stage(documents, width, {})),
+                                  (2, width // 2, self._fit_two_bit_stage(documents, width // 2))):
+            doc_codes = stage[1].encode(transformed_documents(stage[0], self._projected(documents, rank)))
+            scores = self._scores(stage[1], self._stage_queries(stage, self._projected(queries, rank)), doc_codes)
+            recall[bits] = neighbour_recall(scores, exact)
+        if recall[2] > recall[1]:
+            self._stages[width] = self._fit_two_bit_stage(x, width // 2)
+        return {"bits": 2 if recall[2] > recall[1] else 1, "recall_at_10": recall,
+                "held_out_rows": len(held_out), "documents": len(others)}
+
+    def _chosen_stage(self, y: torch.Tensor, rank: int,
+                      pairs: tuple[torch.Tensor, torch.Tensor]) -> Stage:
+        """rotation='pairs': the stage of each candidate (``CHOICE_ROTATIONS``, or ``LARGE_RANK_CHOICES`` above rank
+        ``ITQ_MAX_RANK``); the one whose pairs' MRR is highest (each float pair query ranks its document's code
+        among the fit rows' codes), recorded in ``_choices``."""
+        rng = np.random.default_rng(self.config.seed)
+        take = np.sort(rng.choice(len(pairs[0]), min(len(pairs[0]), CHOICE_PAIRS), replace=False))
+        queries, documents = (self._projected(side[torch.from_numpy(take)], rank) for side in pairs)
+        rows = y[torch.from_numpy(np.sort(rng.choice(len(y), CHOICE_ROWS, replace=False)))] if len(y) > CHOICE_ROWS else y
+        seen = {row.numpy().tobytes() for row in documents}
+        keys = torch.cat([documents, rows[[row.numpy().tobytes() not in seen for row in rows]]])
+        stages, mrr = {}, {}
+        candidates = CHOICE_ROTATIONS if rank <= ITQ_MAX_RANK else LARGE_RANK_CHOICES
+        for kind in candidates:
+            rotation = fit_rotation(y, kind, self.config.seed, self.config.itq_iterations)
+            quantizer = self.Quantizer(config=self.config.quantizer).fit(transformed_documents(rotation, y))  # type: ignore[attr-defined]
+            stages[kind] = (rotation, quantizer)
+            scores = self._scores(quantizer, self._stage_queries(stages[kind], queries),
+                                  quantizer.encode(transformed_documents(rotation, keys)))
+            mrr[kind] = float(reciprocal_ranks(torch.from_numpy(scores), torch.eye(*scores.shape, dtype=torch.bool)).mean())
+        chosen = max(candidates, key=lambda kind: mrr[kind])
+        self._choices[rank] = {"chosen": chosen, "pair_mrr": mrr, "pairs": len(take),
+                               "distractor_rows": len(keys) - len(take)}
+        return stages[chosen]
+
+    def _fit_two_bit_stage(self, x: torch.Tensor, rank: int) -> tuple[SignMagnitude, Compressor]:
+        """Rotation, 2-bit levels and the sign-bit quantiser of the two planes (width 2 * ``rank``), on ``x``."""
+        y = self._projected(x, rank)
+        rotation = fit_rotation(y, self.rotation_kind(rank), self.config.seed, self.config.itq_iterations)
+        z = transformed_documents(rotation, y)  # rotated once: the levels and the quantiser's planes both come from it
+        levels = fit_levels(z, rotation)
+        return levels, self.Quantizer(config=self.config.quantizer).fit(lift(z, levels.threshold))  # type: ignore[attr-defined]
