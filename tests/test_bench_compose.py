@@ -92,6 +92,7 @@ def test_runner_fits_label_learners_with_the_datasets_labels_when_asked(toys: No
     assert LabelToy.seen == [{}]  # by default (no --fit-labels) every method sees the rows only
 
 
+@pytest.mark.slow
 def test_a_composition_shares_the_projection_its_own_row_fitted(toys: None) -> None:
     data = load_dataset("default")
     config = BenchConfig(methods=["labeltoy", "labeltoy+binary"], bytes=[16], device="cpu", rounds=1, warmup=0,

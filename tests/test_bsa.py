@@ -77,7 +77,7 @@ def test_budget_out_of_range_and_bad_sizes(fitted: adaptemb.Compressor, data: np
 
 def test_code_dropout_acts_in_training_only(fitted: adaptemb.Compressor, data: np.ndarray) -> None:
     """Training loss: about half of the code bits dropped; evaluation (early stopping, inference): none."""
-    from adaptemb_plugins.bsa.compressor import BSAObjective, LossWeights
+    from adaptemb_plugins.bsa.objective import BSAObjective, LossWeights
 
     x = torch.nn.functional.normalize(torch.from_numpy(data[:256]), dim=1)
     losses = {}

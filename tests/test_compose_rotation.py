@@ -21,7 +21,6 @@ from adaptemb.compose import (
     random_rotation,
 )
 from adaptemb.compose import choice as compose_choice
-from adaptemb.compose import compressor as compose_compressor
 from adaptemb.compose.rotation import DEFAULT_ITQ_ITERATIONS
 from adaptemb.index.float_binary import FloatBinaryIndex
 from adaptemb.serialization import read_tensors
@@ -103,8 +102,8 @@ def test_auto_rotation_is_none_at_small_ranks_then_itq_before_sign_bits_and_none
         x: np.ndarray, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """auto: no rotation up to rank NO_ROTATION_MAX_RANK (listed in the file as unrotated), ITQ (from the seeded
     random start, DEFAULT_ITQ_ITERATIONS rounds) above it before binary's sign bits; no rotation before rabitq."""
-    assert compose_compressor.NO_ROTATION_MAX_RANK == 128 and DEFAULT_ITQ_ITERATIONS == 20
-    monkeypatch.setattr(compose_compressor, "NO_ROTATION_MAX_RANK", 16)  # the 48-d fixture's ranks are 16 and 48
+    assert compose_choice.NO_ROTATION_MAX_RANK == 128 and DEFAULT_ITQ_ITERATIONS == 20
+    monkeypatch.setattr(compose_choice, "NO_ROTATION_MAX_RANK", 16)  # the 48-d fixture's ranks are 16 and 48
     fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2], bits_per_dim=1)
     assert fitted.fit_report["rotations"] == {16: "none", 48: "itq"}
     _, tensors = read_tensors(fitted.save(tmp_path / "auto.safetensors"))
@@ -176,12 +175,12 @@ def test_a_hadamard_rotation_is_stored_as_signs_and_scores_like_its_matrix(x: np
 
 def test_auto_is_itq_up_to_its_largest_rank_then_hadamard_and_older_itq_files_still_load(
         x: np.ndarray, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compose_compressor, "NO_ROTATION_MAX_RANK", 0)  # before it, auto rotated every rank
-    monkeypatch.setattr(compose_compressor, "ITQ_MAX_RANK", 100)  # every rank of the 48-d fixture: what older fits were
+    monkeypatch.setattr(compose_choice, "NO_ROTATION_MAX_RANK", 0)  # before it, auto rotated every rank
+    monkeypatch.setattr(compose_choice, "ITQ_MAX_RANK", 100)  # every rank of the 48-d fixture: what older fits were
     older = adaptemb.fit(x, "svd+binary", byte_budgets=[2])
     assert older.fit_report["rotation"] == "itq"
     older_path = older.save(tmp_path / "older.safetensors")
-    monkeypatch.setattr(compose_compressor, "ITQ_MAX_RANK", 16)
+    monkeypatch.setattr(compose_choice, "ITQ_MAX_RANK", 16)
     fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2])
     assert fitted.fit_report["rotation"] == "mixed" and fitted.fit_report["rotations"] == {16: "itq", 48: "hadamard"}
     _, tensors = read_tensors(fitted.save(tmp_path / "now.safetensors"))

@@ -3,7 +3,7 @@
 A *room* is a subpackage of ``adaptemb/`` (``adaptemb.codes``), a top-level module of it (``adaptemb.api``), the
 package's own ``__init__`` (the public API, room ``adaptemb``), ``plugins/`` (``adaptemb_plugins``) or
 ``benchmarks/``. No two rooms import each other, directly or around a loop, and every room imports only rooms of
-its own layer or below (``LAYERS``, the drawing of ``shared/design/ARCHITECTURE.md``). No two modules do either.
+its own layer or below (``LAYERS``, drawn in ``docs/architecture.md``). No two modules do either.
 
 Every ``import`` statement counts, at module level, inside functions and under ``TYPE_CHECKING`` alike:
 an import placed in a function to dodge a circle is still a circle. The one thing loaded by name is what plugins

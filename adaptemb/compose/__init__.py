@@ -8,7 +8,8 @@ its configuration.
 
 from __future__ import annotations
 
-from adaptemb.compose.compressor import ComposedCompressor, composed_class, default_byte_ladder
+from adaptemb.compose.choice import default_byte_ladder
+from adaptemb.compose.compressor import ComposedCompressor, composed_class
 from adaptemb.compose.config import ComposedConfig
 from adaptemb.compose.levels import SignMagnitude, fit_levels
 from adaptemb.compose.rotation import (

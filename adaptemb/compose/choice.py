@@ -1,39 +1,40 @@
-"""A composition's fit-time choices judged by real queries: a sample (``fit(x, queries=sample)``), or labelled pairs
-(``rotation="pairs"``, ``chosen_by_pairs``).
+"""How a composition's fit chooses its stages: ``StageChoice``, a mixin of ``ComposedCompressor``.
 
-Before a sign-bit quantiser (binary) each prepared code width has candidates: the rotation (none, a seeded random
-one and ITQ up to rank ``ITQ_MAX_RANK``, none and Hadamard above; only the configured one unless ``rotation=
-"auto"``) and the bits per dimension (1 bit on the width's rank, or 2 bits on half of it where that half is a
-rank of the projection; only the configured one unless ``bits_per_dim="auto"``). Every candidate is fitted on all
-fit rows and judged by the recall of each sample query's exact float top-10 among a seeded sample of the fit rows
-(the share of them the candidate's top-10 finds, the float query scored through the candidate as ``search``
-scores it); the best one is kept, a tie going to the earlier (cheaper) one: 1 bit before 2, none before random
-before ITQ. Rotations are fitted once per (rank, kind) and shared by the 1-bit stage of that rank and the 2-bit
-stage of twice its width.
-
-Why: fit rows standing in for queries preferred a rotation at every width, while real queries measured no rotation
-best at 8-16 B and a rotation best from 32 B (issue 46; docs/results.md, "Choices judged by real queries").
+* the rotation ``rotation="auto"`` fits at a rank (``rotation_kind``: before sign bits none up to
+  ``NO_ROTATION_MAX_RANK``, ITQ up to ``ITQ_MAX_RANK``, Hadamard above) and the rotations a query sample judges
+  there instead (``rotation_candidates``; the judging is ``adaptemb.compose.query_choice``);
+* the ranks to prepare: the largest rank whose codes fit each byte budget (``byte_budgets``, by default
+  ``default_byte_ladder``), code sizes measured by fitting the quantiser on a sample of projected rows, and before
+  a sign-bit quantiser the 2-bit widths that fill budgets past the full rank's 1-bit code;
+* ``rotation="pairs"``: the rotation whose labelled pairs rank best (MRR) among the fit rows' codes;
+* ``bits_per_dim``: without a query sample ``auto`` keeps 1 bit up to the full rank and 2 bits past it, and
+  ``bits_per_dim=2`` 2 bits on half the rank at every width where that half is a rank (``adaptemb.compose.levels``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
 
-from adaptemb.compose.levels import exact_neighbours, fit_levels, lift, neighbour_recall
-from adaptemb.compose.rotation import ITQ_MAX_RANK, Rotation, fit_rotation
+from adaptemb.budgets import largest_budget_within
+from adaptemb.compose.levels import SignMagnitude, fit_levels, lift, widths_beyond_full_rank
+from adaptemb.compose.rotation import ITQ_MAX_RANK, NO_ROTATION_MAX_RANK, fit_rotation
 from adaptemb.compose.stages import Stage, transformed_documents
+from adaptemb.method import Compressor
 from adaptemb.ranking import reciprocal_ranks
 
-ComposedCompressor = Any
-"""A composition (``adaptemb.compose.compressor.ComposedCompressor``, not imported: it imports this module)."""
+if TYPE_CHECKING:
+    from adaptemb.codes import Codes
+    from adaptemb.compose.config import ComposedConfig
 
-JUDGE_QUERIES, JUDGE_DOCUMENTS = 2_000, 10_000
-"""At most this many sample queries (a seeded sample) judge, ranking at most this many fit rows (a seeded sample)."""
+SIZE_SAMPLE_ROWS = 1024
+"""Fit rows a quantiser is fitted on to measure its code size at a candidate rank (more where the rank is larger)."""
 SMALL_RANK_ROTATIONS, LARGE_RANK_ROTATIONS = ("none", "random", "itq"), ("none", "hadamard")
+"""The rotations a query sample judges for ``rotation="auto"`` up to rank ``ITQ_MAX_RANK`` and above it, in the order
+that breaks a tie (the cheaper first)."""
 PAIR_ROTATIONS = ("random", "itq", "none")
 """The rotations ``rotation="pairs"`` chooses among, in the order that breaks a tie, up to rank ``ITQ_MAX_RANK``;
 above it ``LARGE_RANK_PAIR_ROTATIONS`` (ITQ would take minutes per rank, and Hadamard stands in for the dense random
@@ -43,127 +44,129 @@ PAIR_ROWS, PAIR_SAMPLE = 10_000, 2_000
 """At most this many fit rows (the distractors) and pairs (seeded samples) measure the pairs' MRR of a rotation."""
 
 
-@dataclass(frozen=True)
-class QueryJudge:
-    """Sample queries (q, d), the fit rows they rank (m, d) and each query's exact float top-10 among them."""
-
-    queries: torch.Tensor
-    documents: torch.Tensor
-    exact: np.ndarray
-
-    @staticmethod
-    def of(x: torch.Tensor, queries: torch.Tensor, seed: int) -> QueryJudge:
-        rng = np.random.default_rng((seed, len(x), len(queries)))
-        if len(queries) > JUDGE_QUERIES:
-            queries = queries[torch.from_numpy(np.sort(rng.choice(len(queries), JUDGE_QUERIES, replace=False)))]
-        documents = x if len(x) <= JUDGE_DOCUMENTS else x[torch.from_numpy(
-            np.sort(rng.choice(len(x), JUDGE_DOCUMENTS, replace=False)))]
-        return QueryJudge(queries, documents, exact_neighbours(queries, documents))
+def default_byte_ladder(largest: float) -> list[int]:
+    """1, 2, 3, 4, 6, 8, 12, 16, 24, ... (powers of two and 1.5 times them) below ``largest`` bytes."""
+    ladder, power = set(), 1
+    while power < largest:
+        ladder |= {b for b in (power, 3 * power // 2) if b < largest}
+        power *= 2
+    return sorted(ladder)
 
 
-def rotation_candidates(composed: ComposedCompressor, rank: int) -> tuple[str, ...]:
-    """The rotations judged at ``rank``: every candidate for ``rotation="auto"``, else the configured one."""
-    if composed.config.rotation != "auto":
-        return (composed.config.rotation,)
-    return SMALL_RANK_ROTATIONS if rank <= ITQ_MAX_RANK else LARGE_RANK_ROTATIONS
+class StageChoice:
+    """The choices of a composition's fit (a mixin of ``ComposedCompressor``; it uses the composition's ``config``,
+    ``Quantizer``, fitted ``_projection`` and ``_stages``, and its ``_fit_stage``, ``_projected``,
+    ``_stage_queries`` and ``_scores``)."""
 
+    Quantizer: ClassVar[type[Compressor]]
+    config: ComposedConfig
+    _projection: Compressor
+    _stages: dict[int, Stage]
+    _choices: dict[int, dict[str, Any]]
 
-def bits_candidates(composed: ComposedCompressor, width: int, ranks: set[int]) -> tuple[int, ...]:
-    """The bits per dimension judged at ``width``: 2 only where half the width is a rank of the projection."""
-    two = width % 2 == 0 and width // 2 in ranks
-    setting = composed.config.bits_per_dim
-    if width > max(ranks):  # past the full rank only 2 bits code the width
-        return (2,)
-    if setting == "auto":
-        return (1, 2) if two else (1,)
-    return (2,) if setting == 2 and two else (1,)
+    if TYPE_CHECKING:
+        def _fit_stage(self, x: torch.Tensor, rank: int, supervision: dict[str, Any]) -> Stage: ...
+        def _projected(self, x: torch.Tensor, rank: int) -> torch.Tensor: ...
+        def _stage_queries(self, stage: Stage, y: torch.Tensor) -> Codes: ...
+        def _scores(self, quantizer: Compressor, query_codes: Codes, doc_codes: Codes) -> np.ndarray: ...
 
+    def rotation_kind(self, rank: int) -> str:
+        """The rotation this config fits at ``rank``: ``rotation``; ``auto`` before a sign-bit quantiser (its
+        ``sign_bits``) is none up to rank ``NO_ROTATION_MAX_RANK``, ITQ up to ``ITQ_MAX_RANK`` and Hadamard above,
+        before any other quantiser none (a query sample, ``fit(x, queries=...)``, chooses instead)."""
+        if self.config.rotation != "auto":
+            return self.config.rotation
+        if not self.Quantizer.sign_bits or rank <= NO_ROTATION_MAX_RANK:
+            return "none"
+        return "itq" if rank <= ITQ_MAX_RANK else "hadamard"
 
-class _Candidates:
-    """Fits candidate stages of one composition, each rank's projected rows and each (rank, kind) rotation once."""
+    def rotation_candidates(self, rank: int) -> tuple[str, ...]:
+        """The rotations a query sample judges at ``rank``: every candidate for ``rotation="auto"`` (none, random
+        and ITQ up to rank ``ITQ_MAX_RANK``, none and Hadamard above), else the configured one."""
+        if self.config.rotation != "auto":
+            return (self.config.rotation,)
+        return SMALL_RANK_ROTATIONS if rank <= ITQ_MAX_RANK else LARGE_RANK_ROTATIONS
 
-    def __init__(self, composed: ComposedCompressor, x: torch.Tensor) -> None:
-        self.composed, self.x = composed, x
-        self._projected: dict[int, torch.Tensor] = {}
-        self._rotations: dict[tuple[int, str], Rotation | None] = {}
+    def _plan_ranks(self, x: torch.Tensor) -> list[int]:
+        """The ranks to prepare: the largest rank whose codes fit each byte budget (sizes measured by fitting the
+        quantiser on a sample of projected rows), the full rank and ``k``; only ``k`` (or the full rank) for a
+        quantiser that fixes its size per fit."""
+        options = self._projection.budgets().options()
+        full = options[-1]
+        sample = x[: min(len(x), max(SIZE_SAMPLE_ROWS, 2 * full))]
+        sizes: dict[int, float] = {}
 
-    def projected(self, rank: int) -> torch.Tensor:
-        if rank not in self._projected:
-            self._projected[rank] = self.composed._projected(self.x, rank)
-        return self._projected[rank]
+        def size(rank: int) -> float:
+            if rank not in sizes:
+                sizes[rank] = self._sample_size(sample, rank)
+            return sizes[rank]
 
-    def rotation(self, rank: int, kind: str) -> Rotation | None:
-        if (rank, kind) not in self._rotations:
-            config = self.composed.config
-            self._rotations[rank, kind] = fit_rotation(self.projected(rank), kind, config.seed, config.itq_iterations)
-        return self._rotations[rank, kind]
+        probe = self.Quantizer(config=self.config.quantizer).fit(self._projected(sample, full))  # type: ignore[attr-defined]
+        if probe.budgets().per_fit:
+            return [self.config.k or full]
+        sizes[full] = float(probe.encode(self._projected(sample[:1], full)).bytes_per_vector)
+        budgets = self.config.byte_budgets or default_byte_ladder(sizes[full])
+        ranks = {largest_budget_within(nbytes, options, size) for nbytes in budgets}
+        if self._two_bit_widths(self._projection, [2 * options[0]]):  # 2 bits may fill budgets past the full rank
+            ranks |= set(widths_beyond_full_rank(budgets, options, sizes[full], self._two_bit_size))
+        return sorted(r for r in ranks | {full, self.config.k} if r is not None)
 
-    def stage(self, rank: int, kind: str, bits: int) -> Stage:
-        """The stage of 1 bit on ``rank`` or 2 bits on it (code width 2 ``rank``), after rotation ``kind``."""
-        rotation = self.rotation(rank, kind)
-        z = transformed_documents(rotation, self.projected(rank))
-        new_quantizer = self.composed.Quantizer(config=self.composed.config.quantizer)  # type: ignore[attr-defined]
-        if bits == 1:
-            return rotation, new_quantizer.fit(z)
-        levels = fit_levels(z, rotation)
-        return levels, new_quantizer.fit(lift(z, levels.threshold))
+    @property
+    def _full(self) -> int:
+        return self._projection.budgets().options()[-1]
 
+    def _sample_size(self, sample: torch.Tensor, rank: int) -> float:
+        """Bytes per vector of the quantiser's codes at ``rank`` (infinite where it cannot code that rank)."""
+        try:
+            quantizer = self.Quantizer(config=self.config.quantizer).fit(self._projected(sample, rank))  # type: ignore[attr-defined]
+            return float(quantizer.encode(self._projected(sample[:1], rank)).bytes_per_vector)
+        except (ValueError, TypeError, RuntimeError):
+            return math.inf
 
-def recall_of(composed: ComposedCompressor, stage: Stage, rank: int, judge: QueryJudge) -> float:
-    """The recall@10 of the judge's exact float top-10 that ``stage`` (at projection ``rank``) finds."""
-    transform, quantizer = stage
-    doc_codes = quantizer.encode(transformed_documents(transform, composed._projected(judge.documents, rank)))
-    query_codes = composed._stage_queries(stage, composed._projected(judge.queries, rank))
-    return neighbour_recall(composed._scores(quantizer, query_codes, doc_codes), judge.exact)
+    def _two_bit_widths(self, projection: Compressor, widths: list[int] | None = None) -> list[int]:
+        """The prepared widths that may hold 2 bits on half the rank: every even one whose half is a rank of the
+        projection, before a sign-bit quantiser that learns from nothing but the rows, unless bits_per_dim=1 or
+        rotation='pairs'."""
+        if (self.config.bits_per_dim == 1 or not self.Quantizer.sign_bits or self.config.rotation == "pairs"
+                or self.Quantizer.fit_inputs):
+            return []
+        ranks = set(projection.budgets().options())
+        return [width for width in widths or sorted(self._stages) if width % 2 == 0 and width // 2 in ranks
+                and width <= self._full]
 
+    def _two_bit_size(self, width: int) -> float:
+        """Bytes per vector of the sign-bit quantiser's code of ``width`` (two planes of rank width / 2)."""
+        return float(self.Quantizer(config=self.config.quantizer).fit(torch.ones(2, width)).encode(torch.ones(1, width)).bytes_per_vector)  # type: ignore[attr-defined]
 
-def choose_by_queries(composed: ComposedCompressor, x: torch.Tensor, widths: list[int],
-                      queries: torch.Tensor) -> tuple[dict[int, Stage], dict[int, str], dict[int, dict[str, Any]]]:
-    """Each width's stage chosen by the sample ``queries`` (see the module docstring): the stages, each width's
-    rotation kind and the report (per width: the choice, every candidate's recall@10, how many queries and rows)."""
-    judge = QueryJudge.of(x, queries, composed.config.seed)
-    fits = _Candidates(composed, x)
-    ranks = set(composed._projection.budgets().options())
-    stages, kinds, report = {}, {}, {}
-    for width in widths:
-        best: tuple[float, str, int, Stage] | None = None
-        recalls: dict[str, float] = {}
-        for bits in bits_candidates(composed, width, ranks):
-            rank = width // bits
-            for kind in rotation_candidates(composed, rank):
-                stage = fits.stage(rank, kind, bits)
-                recall = recall_of(composed, stage, rank, judge)
-                recalls[f"{kind}/{bits}bit"] = round(recall, 4)
-                if best is None or recall > best[0]:
-                    best = (recall, kind, bits, stage)
-        assert best is not None
-        _, kinds[width], bits, stages[width] = best
-        report[width] = {"rotation": kinds[width], "bits": bits, "recall_at_10": recalls,
-                         "queries": len(judge.queries), "documents": len(judge.documents)}
-    return stages, kinds, report
-
-
-def chosen_by_pairs(composed: ComposedCompressor, y: torch.Tensor, rank: int,
-                    pairs: tuple[torch.Tensor, torch.Tensor], choices: dict[int, dict[str, Any]]) -> Stage:
-    """rotation='pairs': the stage of each candidate (``PAIR_ROTATIONS``, or ``LARGE_RANK_PAIR_ROTATIONS`` above
-    rank ``ITQ_MAX_RANK``) on the projected fit rows ``y``; the one whose pairs' MRR is highest (each float pair query
-    ranks its document's code among the fit rows' codes), recorded in ``choices``."""
-    config = composed.config
-    rng = np.random.default_rng(config.seed)
-    take = np.sort(rng.choice(len(pairs[0]), min(len(pairs[0]), PAIR_SAMPLE), replace=False))
-    queries, documents = (composed._projected(side[torch.from_numpy(take)], rank) for side in pairs)
-    rows = y[torch.from_numpy(np.sort(rng.choice(len(y), PAIR_ROWS, replace=False)))] if len(y) > PAIR_ROWS else y
-    seen = {row.numpy().tobytes() for row in documents}
-    keys = torch.cat([documents, rows[[row.numpy().tobytes() not in seen for row in rows]]])
-    stages, mrr = {}, {}
-    candidates = PAIR_ROTATIONS if rank <= ITQ_MAX_RANK else LARGE_RANK_PAIR_ROTATIONS
-    for kind in candidates:
-        rotation = fit_rotation(y, kind, config.seed, config.itq_iterations)
-        quantizer = composed.Quantizer(config=config.quantizer).fit(transformed_documents(rotation, y))  # type: ignore[attr-defined]
-        stages[kind] = (rotation, quantizer)
-        scores = composed._scores(quantizer, composed._stage_queries(stages[kind], queries),
+    def _chosen_stage(self, y: torch.Tensor, rank: int,
+                      pairs: tuple[torch.Tensor, torch.Tensor]) -> Stage:
+        """rotation='pairs': the stage of each candidate (``PAIR_ROTATIONS``, or ``LARGE_RANK_PAIR_ROTATIONS`` above
+        rank ``ITQ_MAX_RANK``); the one whose pairs' MRR is highest (each float pair query ranks its document's code
+        among the fit rows' codes), recorded in ``_choices``."""
+        rng = np.random.default_rng(self.config.seed)
+        take = np.sort(rng.choice(len(pairs[0]), min(len(pairs[0]), PAIR_SAMPLE), replace=False))
+        queries, documents = (self._projected(side[torch.from_numpy(take)], rank) for side in pairs)
+        rows = y[torch.from_numpy(np.sort(rng.choice(len(y), PAIR_ROWS, replace=False)))] if len(y) > PAIR_ROWS else y
+        seen = {row.numpy().tobytes() for row in documents}
+        keys = torch.cat([documents, rows[[row.numpy().tobytes() not in seen for row in rows]]])
+        stages, mrr = {}, {}
+        candidates = PAIR_ROTATIONS if rank <= ITQ_MAX_RANK else LARGE_RANK_PAIR_ROTATIONS
+        for kind in candidates:
+            rotation = fit_rotation(y, kind, self.config.seed, self.config.itq_iterations)
+            quantizer = self.Quantizer(config=self.config.quantizer).fit(transformed_documents(rotation, y))  # type: ignore[attr-defined]
+            stages[kind] = (rotation, quantizer)
+            scores = self._scores(quantizer, self._stage_queries(stages[kind], queries),
                                   quantizer.encode(transformed_documents(rotation, keys)))
-        mrr[kind] = float(reciprocal_ranks(torch.from_numpy(scores), torch.eye(*scores.shape, dtype=torch.bool)).mean())
-    chosen = max(candidates, key=lambda kind: mrr[kind])
-    choices[rank] = {"chosen": chosen, "pair_mrr": mrr, "pairs": len(take), "distractor_rows": len(keys) - len(take)}
-    return stages[chosen]
+            mrr[kind] = float(reciprocal_ranks(torch.from_numpy(scores), torch.eye(*scores.shape, dtype=torch.bool)).mean())
+        chosen = max(candidates, key=lambda kind: mrr[kind])
+        self._choices[rank] = {"chosen": chosen, "pair_mrr": mrr, "pairs": len(take),
+                               "distractor_rows": len(keys) - len(take)}
+        return stages[chosen]
+
+    def _fit_two_bit_stage(self, x: torch.Tensor, rank: int) -> tuple[SignMagnitude, Compressor]:
+        """Rotation, 2-bit levels and the sign-bit quantiser of the two planes (width 2 * ``rank``), on ``x``."""
+        y = self._projected(x, rank)
+        rotation = fit_rotation(y, self.rotation_kind(rank), self.config.seed, self.config.itq_iterations)
+        z = transformed_documents(rotation, y)  # rotated once: the levels and the quantiser's planes both come from it
+        levels = fit_levels(z, rotation)
+        return levels, self.Quantizer(config=self.config.quantizer).fit(lift(z, levels.threshold))  # type: ignore[attr-defined]

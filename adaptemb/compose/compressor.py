@@ -11,8 +11,9 @@ rank). A quantiser whose code size it fixes itself per fit (pq, opq: ``Budgets.p
 Before a sign-bit quantiser (binary) a prepared width w may instead hold 2 bits per dimension on rank w / 2
 (``adaptemb.compose.levels``: two sign planes, so the code is again w bits wide): ``bits_per_dim="auto"`` keeps
 1 bit up to the full rank and 2 bits past it (budgets the full rank's code leaves unused), unless a query sample
-chooses (``adaptemb.compose.choice``). So a stage is keyed by its code width ``k``: the projection rank at 1 bit,
-twice the rank at 2 bits.
+chooses (``adaptemb.compose.query_choice``). So a stage is keyed by its code width ``k``: the projection rank at 1
+bit, twice the rank at 2 bits. How the fit chooses its ranks, rotations (``rotation="auto"``, ``"pairs"``) and
+bits per dimension without a sample is ``adaptemb.compose.choice``.
 
 Queries: a quantiser that scores float queries itself (``symmetric = False``: rabitq, sq, pq) gets the projected,
 rotated float query; documents of a symmetric quantiser are searched by the float query where an index backend
@@ -27,15 +28,14 @@ parts export.
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from adaptemb.budgets import Budgets, largest_budget_within
+from adaptemb.budgets import Budgets
 from adaptemb.codes import Codes, DenseCodes, decoded_inner_products
-from adaptemb.compose.choice import choose_by_queries, chosen_by_pairs
+from adaptemb.compose.choice import StageChoice
 from adaptemb.compose.config import (
     ComposedConfig,
     composed_config,
@@ -44,13 +44,8 @@ from adaptemb.compose.config import (
     queries_choose,
 )
 from adaptemb.compose.export import ComposedHead, projected_values, refusal
-from adaptemb.compose.levels import (
-    SignMagnitude,
-    fit_levels,
-    lift,
-    widths_beyond_full_rank,
-)
-from adaptemb.compose.rotation import ITQ_MAX_RANK, NO_ROTATION_MAX_RANK, HadamardRotation, fit_rotation
+from adaptemb.compose.query_choice import choose_by_queries
+from adaptemb.compose.rotation import HadamardRotation, fit_rotation
 from adaptemb.compose.stages import (
     Stage,
     rank_of,
@@ -65,20 +60,8 @@ from adaptemb.method import Compressor
 from adaptemb.registry import COMPOSE_SEPARATOR, get_index_registry
 from adaptemb.serialization import split_prefix
 
-SIZE_SAMPLE_ROWS = 1024
-"""Fit rows a quantiser is fitted on to measure its code size at a candidate rank (more where the rank is larger)."""
 
-
-def default_byte_ladder(largest: float) -> list[int]:
-    """1, 2, 3, 4, 6, 8, 12, 16, 24, ... (powers of two and 1.5 times them) below ``largest`` bytes."""
-    ladder, power = set(), 1
-    while power < largest:
-        ladder |= {b for b in (power, 3 * power // 2) if b < largest}
-        power *= 2
-    return sorted(ladder)
-
-
-class ComposedCompressor(Compressor):
+class ComposedCompressor(StageChoice, Compressor):
     """A projection, an optional orthogonal rotation, then a quantiser, fitted and saved as one method."""
 
     Projection: ClassVar[type[Compressor]]
@@ -140,16 +123,6 @@ class ComposedCompressor(Compressor):
             return self._quantizer_template.query_kind
         return "dense" if self.float_queries else self.doc_kind
 
-    def rotation_kind(self, rank: int) -> str:
-        """The rotation this config fits at ``rank``: ``rotation``; ``auto`` before a sign-bit quantiser (its
-        ``sign_bits``) is none up to rank ``NO_ROTATION_MAX_RANK``, ITQ up to ``ITQ_MAX_RANK`` and Hadamard above,
-        before any other quantiser none (a query sample, ``fit(x, queries=...)``, chooses instead)."""
-        if self.config.rotation != "auto":
-            return self.config.rotation
-        if not self.Quantizer.sign_bits or rank <= NO_ROTATION_MAX_RANK:
-            return "none"
-        return "itq" if rank <= ITQ_MAX_RANK else "hadamard"
-
     @property
     def _lists_unrotated(self) -> bool:
         """Whether the file lists the widths left unrotated (``stages``): where the config may rotate sign bits."""
@@ -180,7 +153,7 @@ class ComposedCompressor(Compressor):
         queries = supervision.pop("queries", None)
         projection = self._given_projection or self._fit_projection(x, supervision)
         self._projection, self._stages, self._sizes, self._choices = projection, {}, {}, {}
-        if queries is not None:  # every width's rotation and bits judged by the sample (adaptemb.compose.choice)
+        if queries is not None:  # every width's rotation and bits judged by the sample (adaptemb.compose.query_choice)
             self._stages, chosen, self._choices = choose_by_queries(self, x, self._plan_ranks(x), queries)
         for rank in [] if queries is not None else self._plan_ranks(x):  # a width past the full rank: 2 bits
             self._stages[rank] = self._fit_stage(x, rank, supervision) if rank <= self._full else self._fit_two_bit_stage(x, rank // 2)
@@ -213,7 +186,7 @@ class ComposedCompressor(Compressor):
         learns from goes to it (pairs projected and rotated like the rows)."""
         y = self._projected(x, rank)
         if self.config.rotation == "pairs":
-            return chosen_by_pairs(self, y, rank, supervision["pairs"], self._choices)
+            return self._chosen_stage(y, rank, supervision["pairs"])
         rotation = fit_rotation(y, self.rotation_kind(rank), self.config.seed, self.config.itq_iterations)
         mine = {key: value for key, value in supervision.items() if key in self.Quantizer.fit_inputs}
         if "pairs" in mine:
@@ -221,67 +194,8 @@ class ComposedCompressor(Compressor):
         quantizer = self.Quantizer(config=self.config.quantizer)  # type: ignore[attr-defined]
         return rotation, quantizer.fit(transformed_documents(rotation, y), **mine)
 
-    def _fit_two_bit_stage(self, x: torch.Tensor, rank: int) -> tuple[SignMagnitude, Compressor]:
-        """Rotation, 2-bit levels and the sign-bit quantiser of the two planes (width 2 * ``rank``), on ``x``."""
-        y = self._projected(x, rank)
-        rotation = fit_rotation(y, self.rotation_kind(rank), self.config.seed, self.config.itq_iterations)
-        z = transformed_documents(rotation, y)  # rotated once: the levels and the quantiser's planes both come from it
-        levels = fit_levels(z, rotation)
-        return levels, self.Quantizer(config=self.config.quantizer).fit(lift(z, levels.threshold))  # type: ignore[attr-defined]
-
-    def _two_bit_widths(self, projection: Compressor, widths: list[int] | None = None) -> list[int]:
-        """The prepared widths that may hold 2 bits on half the rank: every even one whose half is a rank of the
-        projection, before a sign-bit quantiser that learns from nothing but the rows, unless bits_per_dim=1 or
-        rotation='pairs'."""
-        if (self.config.bits_per_dim == 1 or not self.Quantizer.sign_bits or self.config.rotation == "pairs"
-                or self.Quantizer.fit_inputs):
-            return []
-        ranks = set(projection.budgets().options())
-        return [width for width in widths or sorted(self._stages) if width % 2 == 0 and width // 2 in ranks
-                and width <= self._full]
-
-    def _two_bit_size(self, width: int) -> float:
-        """Bytes per vector of the sign-bit quantiser's code of ``width`` (two planes of rank width / 2)."""
-        return float(self.Quantizer(config=self.config.quantizer).fit(torch.ones(2, width)).encode(torch.ones(1, width)).bytes_per_vector)  # type: ignore[attr-defined]
-
     def _rank(self, width: int) -> int:
         return rank_of(width, self._stages[width][0])
-
-    def _plan_ranks(self, x: torch.Tensor) -> list[int]:
-        """The ranks to prepare: the largest rank whose codes fit each byte budget (sizes measured by fitting the
-        quantiser on a sample of projected rows), the full rank and ``k``; only ``k`` (or the full rank) for a
-        quantiser that fixes its size per fit."""
-        options = self._projection.budgets().options()
-        full = options[-1]
-        sample = x[: min(len(x), max(SIZE_SAMPLE_ROWS, 2 * full))]
-        sizes: dict[int, float] = {}
-
-        def size(rank: int) -> float:
-            if rank not in sizes:
-                sizes[rank] = self._sample_size(sample, rank)
-            return sizes[rank]
-
-        probe = self.Quantizer(config=self.config.quantizer).fit(self._projected(sample, full))  # type: ignore[attr-defined]
-        if probe.budgets().per_fit:
-            return [self.config.k or full]
-        sizes[full] = float(probe.encode(self._projected(sample[:1], full)).bytes_per_vector)
-        budgets = self.config.byte_budgets or default_byte_ladder(sizes[full])
-        ranks = {largest_budget_within(nbytes, options, size) for nbytes in budgets}
-        if self._two_bit_widths(self._projection, [2 * options[0]]):  # 2 bits may fill budgets past the full rank
-            ranks |= set(widths_beyond_full_rank(budgets, options, sizes[full], self._two_bit_size))
-        return sorted(r for r in ranks | {full, self.config.k} if r is not None)
-
-    @property
-    def _full(self) -> int:
-        return self._projection.budgets().options()[-1]
-
-    def _sample_size(self, sample: torch.Tensor, rank: int) -> float:
-        """Bytes per vector of the quantiser's codes at ``rank`` (infinite where it cannot code that rank)."""
-        try:
-            quantizer = self.Quantizer(config=self.config.quantizer).fit(self._projected(sample, rank))  # type: ignore[attr-defined]
-            return float(quantizer.encode(self._projected(sample[:1], rank)).bytes_per_vector)
-        except (ValueError, TypeError, RuntimeError):
-            return math.inf
 
     def _projected(self, x: torch.Tensor, rank: int) -> torch.Tensor:
         return torch.from_numpy(self._projection.encode(x, k=rank).to_dense())

@@ -11,7 +11,7 @@ The documents are the 2r values ``[z, sign(z) * (|z| - t)]``, whose signs are ex
 sign-bit quantiser (binary) codes them as 2r bits, and a float query lifted to ``[mid * q, half * q]`` scores
 them with the same inner product as 1-bit codes, through the same index. So a 2-bit stage of rank r is a code
 of width 2r, the width of the 1-bit stage of rank 2r: one byte budget, one stage (the composition keeps the
-1-bit stage up to the full rank, see ``adaptemb.compose.compressor``).
+1-bit stage up to the full rank, see ``adaptemb.compose.choice``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ GAUSSIAN_LEVELS = (0.4528, 0.9816, 1.5104)
 LLOYD_ROUNDS = 25
 """Lloyd iterations from the Gaussian levels on the fit rows' |z_j| (each dimension on its own)."""
 CHOICE_TOP = 10
-"""The k of the recall that judges a composition's candidates by a query sample (``adaptemb.compose.choice``)."""
+"""The k of the recall that judges a composition's candidates by a query sample (``adaptemb.compose.query_choice``)."""
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,9 @@ class BenchConfig:
     depth: int = 100
     seed: int = 0
     batch_size: int = 512
-    warmup: int = 1
+    warmup: int = 0
+    """Untimed rounds before the timed ones; none by default: each row's quality search over every query runs the
+    same index just before (its caches and compiled kernels are warm)."""
     rounds: int = 3
     loo_queries: int = 1000
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -52,6 +54,10 @@ class BenchConfig:
     ranked the other queries better by 0.02 NDCG@10 on the 768-d stand-in (docs/results.md)."""
     scale: ScaleConfig | None = None
     """With a config, also run the scale study (``adaptemb.evaluate.scale``) on the fitted methods."""
+    fit_workers: int | None = 1
+    """Processes that fit the methods side by side before the rows are measured (``adaptemb.evaluate.fit_pool``):
+    1 fits each method in this process as its turn comes; None chooses one per free core on the CPU (the CLI's
+    default)."""
     keep_rankings: bool = False
     """Keep each main-table row's ranking (scores and ids at ``depth``) in ``BenchResult.rankings`` (for saved
     TREC runs: ``adaptemb.evaluate.runs``)."""
@@ -111,6 +117,9 @@ class RunContext:
     """(fitted compressor, budget, fit seconds) of every main-table codes row, in order: the scale study's plan."""
     rankings: list[tuple[Row, TopK]] = field(default_factory=list)
     """With ``BenchConfig.keep_rankings``: each row and its ranking (``keep_ranking``)."""
+    ahead: dict[Any, Any] = field(default_factory=dict)
+    """Fits made ahead in worker processes, by (method, k of a refit or None), until the rows take them
+    (``adaptemb.evaluate.method_fits``)."""
 
     def keep_ranking(self, row: Row, scores: np.ndarray, ids: np.ndarray) -> Row:
         """Keep ``row``'s ranking when the config asks for it; returns ``row``."""

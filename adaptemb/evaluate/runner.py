@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from adaptemb.api import get_compressor
 from adaptemb.budgets import Budgets
 from adaptemb.codes import Codes, DenseCodes
 from adaptemb.datasets import Dataset
@@ -36,6 +35,7 @@ from adaptemb.evaluate.context import BenchConfig, BenchResult, RunContext
 from adaptemb.evaluate.funnel_rows import REFERENCE, rerank_rows
 from adaptemb.evaluate.latency import time_search, timed
 from adaptemb.evaluate.machine import machine_info
+from adaptemb.evaluate.method_fits import first_fit, fit_ahead, fit_params, refit, refit_budgets
 from adaptemb.evaluate.metrics import (
     PER_QUERY_NDCG,
     Row,
@@ -79,6 +79,7 @@ def run_bench(data: Dataset, config: BenchConfig,
                          "(the dataset's dev_queries, never evaluated) judge the fit-time choices of the methods that "
                          "make them (csr, compositions before sign bits)")
     rows = [_reference_row(ctx)]
+    fit_ahead(ctx, config.methods, lambda name, compressor: _benched_budgets(name, compressor, ctx, []))
     for name in config.methods:
         rows.extend(_bench_method(name, ctx))
     scale = _scale_rows(ctx) if config.scale is not None else []
@@ -216,34 +217,6 @@ def _planned_budgets(config: BenchConfig) -> int:
     return len(config.bytes) if config.bytes is not None else len(config.budgets)
 
 
-def _share_projection(compressor: Compressor, ctx: RunContext) -> float:
-    """A composition whose projection this run has fitted already, with the same settings, fits with that projection
-    instead of fitting it again (``reuse_projection``); the seconds that fit took, which the composition's fit time
-    includes (its row says what fitting it alone costs), and a note. 0 when nothing is shared."""
-    part = getattr(compressor, "Projection", None)
-    fitted = ctx.fitted.get(part.name) if part is not None else None
-    if fitted is None or not compressor.shares_projection(fitted):  # type: ignore[attr-defined]
-        return 0.0
-    compressor.reuse_projection(fitted)  # type: ignore[attr-defined]
-    ctx.notes.append(f"{compressor.name}: its projection is the {part.name} row's fit (same rows and settings, fitted "
-                     f"once); its fit time includes that fit's {ctx.fit_seconds[part.name]:.1f}s")
-    return ctx.fit_seconds[part.name]
-
-
-def _fit(compressor: Compressor, ctx: RunContext) -> float:
-    """Fit on the corpus with the supervision the method learns from (noted); the seconds it took."""
-    own = {key: value for key, value in ctx.supervision.items() if key in compressor.fit_inputs}
-    learned = [key for key in own if key != "queries"]
-    if learned:
-        ctx.notes.append(f"{compressor.name}: fitted with the dataset's corpus {' and '.join(learned)}"
-                         + (" (seen by the fit, so leave-one-out 1-NN accuracy is optimistic)" if ctx.loo_rows is not None else ""))
-    if "queries" in own:
-        ctx.notes.append(f"{compressor.name}: its fit-time choices judged by {len(own['queries']):,} real queries that "
-                         "are never evaluated (the dataset's dev_queries)")
-    _, seconds = timed(lambda: compressor.fit(ctx.corpus, **own))
-    return seconds
-
-
 def _dataset_info(data: Dataset) -> dict[str, Any]:
     judged = int(data.evaluated().sum())
     return {
@@ -286,28 +259,21 @@ def _bench_method(name: str, ctx: RunContext) -> list[Row]:
 
 def _fitted_budgets(name: str, ctx: RunContext) -> list[tuple[Compressor, int | None, float]]:
     """(fitted compressor, budget, fit seconds) for each budget this method can honour."""
-    params: dict[str, Any] = {"seed": ctx.config.seed}
-    if "progress" in get_registry().get(name).Config.model_fields:
-        params["progress"] = ctx.config.fit_progress
-    if ctx.config.bytes is not None and "byte_budgets" in get_registry().get(name).Config.model_fields:
-        params["byte_budgets"] = list(ctx.config.bytes)  # fitted for the budgets it is benched at (fit(bytes=...))
-    params.update(ctx.config.method_params.get(name, {}))
-    compressor = get_compressor(name, **params)
-    ctx.steps.start("fit", f"{name}: fit on {len(ctx.corpus):,} × {ctx.corpus.shape[1]}", method=name)
-    fit_s = _share_projection(compressor, ctx) + _fit(compressor, ctx)
-    ctx.fitted[name], ctx.fit_seconds[name] = compressor, fit_s
+    params = fit_params(name, ctx)
+    compressor, fit_s = first_fit(name, params, ctx)
     budgets = compressor.budgets()
     retrainable = "k" in type(compressor).Config.model_fields
     if budgets.fixed and not retrainable:
         ctx.notes.append(f"{name}: fixed size (no budget); one row at all {budgets.high} dims")
         return [(compressor, None, fit_s)]
-    ks = _budgets_for_bytes(name, compressor, ctx) if ctx.config.bytes is not None else list(ctx.config.budgets)
+    ks = _benched_budgets(name, compressor, ctx, ctx.notes)
+    refits = refit_budgets(compressor, ks)
     plan: list[tuple[Compressor, int | None, float]] = []
     for k in ks:
         if budgets.allows(k):
             plan.append((compressor, k, fit_s))
-        elif budgets.fixed:  # one fit per budget: refit with this k
-            plan.append(_refit(name, params, k, ctx))
+        elif k in refits:  # one fit per budget: refit with this k
+            plan.append(refit(name, params, k, ctx))
         else:
             ctx.notes.append(f"{name}: budget k={k} skipped (valid budgets {_valid(budgets)})")
     if ks and not any(budgets.allows(k) or budgets.fixed for k in ks):  # nothing requested fits this method
@@ -316,7 +282,12 @@ def _fitted_budgets(name: str, ctx: RunContext) -> list[tuple[Compressor, int | 
     return [p for p in plan if p[0] is not None]
 
 
-def _budgets_for_bytes(name: str, compressor: Compressor, ctx: RunContext) -> list[int]:
+def _benched_budgets(name: str, compressor: Compressor, ctx: RunContext, notes: list[str]) -> list[int]:
+    """The budgets a fitted method is benched at: its ``k`` per byte budget, or the configured budgets."""
+    return _budgets_for_bytes(name, compressor, ctx, notes) if ctx.config.bytes is not None else list(ctx.config.budgets)
+
+
+def _budgets_for_bytes(name: str, compressor: Compressor, ctx: RunContext, notes: list[str]) -> list[int]:
     """Each byte budget mapped to the method's own ``k`` (distinct, in order); a method whose smallest code
     exceeds every byte budget gets one row at its smallest budget, like a fixed-size method."""
     assert ctx.config.bytes is not None
@@ -325,14 +296,14 @@ def _budgets_for_bytes(name: str, compressor: Compressor, ctx: RunContext) -> li
     for nbytes in ctx.config.bytes:
         k = compressor.budget_for_bytes(nbytes, sample)
         if k is None:
-            ctx.notes.append(f"{name}: no budget fits {nbytes} B per vector")
+            notes.append(f"{name}: no budget fits {nbytes} B per vector")
         elif k not in ks:
             ks.append(k)
         else:
-            ctx.notes.append(f"{name}: {nbytes} B per vector maps to k={k} again (one row)")
+            notes.append(f"{name}: {nbytes} B per vector maps to k={k} again (one row)")
     if not ks:
         smallest = compressor.budgets().options()[0]
-        ctx.notes.append(f"{name}: its smallest code (k={smallest}) exceeds every byte budget; one row at k={smallest}")
+        notes.append(f"{name}: its smallest code (k={smallest}) exceeds every byte budget; one row at k={smallest}")
         ks.append(smallest)
     return ks
 
@@ -341,15 +312,6 @@ def _valid(budgets: Budgets) -> str:
     if budgets.values is not None:
         return ", ".join(str(v) for v in budgets.values)
     return f"{budgets.low}..{budgets.high}"
-
-
-def _refit(name: str, params: dict[str, Any], k: int, ctx: RunContext) -> tuple[Any, int | None, float]:
-    try:
-        compressor = get_compressor(name, **{**params, "k": k})
-        return compressor, k, _fit(compressor, ctx)
-    except ValueError as err:
-        ctx.notes.append(f"{name}: budget k={k} skipped ({err})")
-        return None, k, 0.0
 
 
 def _bench_budget(compressor: Compressor, k: int | None, fit_s: float, ctx: RunContext) -> list[Row]:

@@ -1,4 +1,5 @@
-"""The steps of a bench run as they happen: what each was (a fit, a row, ...), its label and its wall seconds.
+"""The steps of a bench run as they happen: what each was (a fit, a row, ...), its label, its wall seconds and the
+process's CPU seconds in it (all threads: a busy machine inflates it far less than the wall time).
 
 ``run_bench`` starts a step before each unit of work (``StepLog.start``); the previous one ends there. The log
 keeps every step's time (``BenchResult.steps``: what ``benchmarks/main_job_time.py`` records and the summary's time
@@ -14,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-StepKind = Literal["reference", "fit", "row", "scale", "recommend"]
+StepKind = Literal["reference", "fits", "fit", "row", "scale", "recommend"]
+"""``fits``: the fits made side by side in worker processes, as one step (each of them is also a ``fit`` step)."""
 
 
 @runtime_checkable
@@ -29,13 +31,14 @@ class StepListener(Protocol):
 
 @dataclass
 class Step:
-    """One step: its kind, the method and budget it served (if any), its label and its wall seconds."""
+    """One step: its kind, the method and budget it served (if any), its label, its wall and CPU seconds."""
 
     kind: StepKind
     label: str
     method: str | None = None
     k: int | None = None
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
 
 class StepLog:
@@ -46,13 +49,27 @@ class StepLog:
         self.planned = planned
         self._listener = listener
         self._started = 0.0
+        self._cpu_started = 0.0
 
     def start(self, kind: StepKind, label: str, *, method: str | None = None, k: int | None = None) -> None:
         """End the current step (if any) and start a new one."""
         self._end_current()
         self.steps.append(Step(kind, label, method, k))
         self.planned = max(self.planned, len(self.steps))
-        self._started = time.perf_counter()
+        self._started, self._cpu_started = time.perf_counter(), time.process_time()
+        if isinstance(self._listener, StepListener):
+            self._listener.step(label, self.planned)
+        elif self._listener is not None:
+            self._listener(label)
+
+    def record(self, kind: StepKind, label: str, seconds: float, cpu_seconds: float, *, method: str | None = None,
+               k: int | None = None) -> None:
+        """Add a step done elsewhere (a fit in a worker process) with its own seconds, and tell the listener; the
+        step in progress here goes on."""
+        self.steps.append(Step(kind, label, method, k, seconds, cpu_seconds))
+        if self.steps[-2:-1] and not self.steps[-2].seconds:  # keep the running step last, so that it ends right
+            self.steps[-2], self.steps[-1] = self.steps[-1], self.steps[-2]
+        self.planned = max(self.planned, len(self.steps))
         if isinstance(self._listener, StepListener):
             self._listener.step(label, self.planned)
         elif self._listener is not None:
@@ -80,3 +97,4 @@ class StepLog:
     def _end_current(self) -> None:
         if self.steps and not self.steps[-1].seconds:
             self.steps[-1].seconds = time.perf_counter() - self._started
+            self.steps[-1].cpu_seconds = time.process_time() - self._cpu_started

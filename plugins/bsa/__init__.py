@@ -2,8 +2,9 @@
 
 The plugin (entry point ``adaptemb_plugins.bsa``) is this package; its parts:
 
-* ``compressor``: ``BSACompressor`` and ``BSAConfig`` (fit, the natural and fixed-k encodes, scoring), the
-  training objective (``BSAObjective``, ``LossWeights``) and the ``register_compressors`` hook;
+* ``compressor``: ``BSACompressor`` and ``BSAConfig`` (fit and its training schedule, the natural and
+  fixed-k encodes, scoring) and the ``register_compressors`` hook;
+* ``objective``: the training objective (``BSAObjective``, ``LossWeights``), used only while fitting;
 * ``model``: ``BSAModel``, the torch module ``encode`` needs (sigmoid encoder, linear decoder), and the
   fixed-k encoder ONNX exports.
 

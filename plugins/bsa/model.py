@@ -1,6 +1,6 @@
 """The BSA autoencoder: sigmoid encoder and linear decoder, the torch module ``encode`` needs.
 
-Nothing for training lives here: the objective (losses, their weights, noise, dropout) is in ``bsa/compressor.py``.
+Nothing for training lives here: the objective (losses, their weights, noise, dropout) is in ``bsa/objective.py``.
 The encode path uses plain torch ops only (matmul, sigmoid, topk, comparisons) so it exports to ONNX.
 """
 

@@ -1,0 +1,147 @@
+"""The bench's fits, run side by side in worker processes before any row is measured.
+
+A bench fits a dozen methods, each on a small batch of rows at a time: one fit keeps one core far busier than two
+threads of one fit keep two (torch's intra-op threads gain little on 256 x 384 batches). With two or more free
+cores the bench therefore fits in worker processes, one core (or a share of the free cores) each, and measures
+every row afterwards in the main process, alone on the machine, so that no fit disturbs a row's latency.
+
+Workers are forked (Linux): they inherit the corpus, the registry (plugins registered at run time included) and the
+method's supervision without copying them; each fit comes back pickled, with its wall and CPU seconds measured in
+the worker. A job whose fit fails in a worker is left to the caller, which fits it again in-process so that its
+error, or the note that skips it, is the one a sequential run gives.
+
+``FitJob`` names a fit: the method, its parameters and, for a composition that shares a method's fit, that fitted
+projection. ``run_fit_jobs`` runs the first jobs and the ones ``follow_up`` derives from each finished fit (a
+method's refits per budget, the compositions that reuse its projection) on ``workers`` processes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Hashable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from adaptemb.method import Compressor
+
+MAX_FIT_WORKERS = 4
+"""At most this many fits run at once (more processes than that gain little on the bench's dozen fits)."""
+
+
+@dataclass
+class FitJob:
+    """One fit: ``key`` identifies it for the caller; ``projection`` is a fitted projection a composition reuses
+    (``reuse_projection``), fitted in ``shared_s`` seconds."""
+
+    key: Hashable
+    name: str
+    params: dict[str, Any]
+    projection: Compressor | None = None
+    shared_s: float = 0.0
+
+
+@dataclass
+class FitOutcome:
+    """A finished fit: the fitted compressor (None when the fit failed in the worker: fit it again in-process) and
+    the worker's wall and CPU seconds."""
+
+    job: FitJob
+    compressor: Compressor | None
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    error: str = ""
+
+
+@dataclass
+class _Inherited:
+    """What forked workers read instead of receiving it: the rows and each method's supervision."""
+
+    corpus: np.ndarray | None = None
+    supervision: dict[str, Any] = field(default_factory=dict)
+    threads: int = 1
+
+
+_INHERITED = _Inherited()
+
+
+def fork_available() -> bool:
+    """True where worker processes can be forked (Linux; not macOS, where forking a threaded process is unsafe)."""
+    return "fork" in multiprocessing.get_all_start_methods() and os.uname().sysname == "Linux"
+
+
+def plan_workers(requested: int | None, free_cores: int, jobs: int, device: str) -> tuple[int, int]:
+    """(workers, threads per worker): ``requested`` workers (1: fit in-process), or automatically one per free core
+    (at most ``MAX_FIT_WORKERS``) on the CPU where fork is available, each with an equal share of the free cores."""
+    if requested is not None:
+        workers = max(1, requested)
+    elif device != "cpu" or not fork_available():
+        workers = 1
+    else:
+        workers = max(1, min(free_cores, MAX_FIT_WORKERS, jobs))
+    return workers, max(1, free_cores // workers)
+
+
+def run_fit_jobs(first: list[FitJob], follow_up: Callable[[FitOutcome], list[FitJob]],
+                 on_done: Callable[[FitOutcome], None], *, corpus: np.ndarray, supervision: dict[str, Any],
+                 workers: int, threads: int) -> dict[Hashable, FitOutcome]:
+    """Run ``first`` and every job ``follow_up`` returns for a finished fit on ``workers`` forked processes of
+    ``threads`` threads each; ``on_done`` hears each finished fit as it arrives. Returns the outcomes by key."""
+    _INHERITED.corpus, _INHERITED.supervision, _INHERITED.threads = corpus, supervision, threads
+    outcomes: dict[Hashable, FitOutcome] = {}
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            pending: dict[Future[_Fitted], FitJob] = {pool.submit(_fit_job, job): job for job in first}
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    outcome = _outcome(future, pending.pop(future))
+                    outcomes[outcome.job.key] = outcome
+                    on_done(outcome)
+                    pending.update({pool.submit(_fit_job, job): job for job in follow_up(outcome)})
+    finally:
+        _INHERITED.corpus, _INHERITED.supervision = None, {}
+    return outcomes
+
+
+def _outcome(future: Future[_Fitted], job: FitJob) -> FitOutcome:
+    try:
+        compressor, seconds, cpu_seconds, error, report = future.result()
+    except Exception as err:  # noqa: BLE001 - a worker that died or a result that did not pickle: fit it in-process
+        return FitOutcome(job, None, error=f"{type(err).__name__}: {err}")
+    if compressor is not None and compressor.fit_report is None:  # a composition pickles without its fit report
+        compressor.fit_report = report
+    return FitOutcome(job, compressor, seconds, cpu_seconds, error)
+
+
+_Fitted = tuple[Compressor | None, float, float, str, dict[str, Any] | None]
+"""What a worker sends back: the fitted compressor (None on failure), wall and CPU seconds, the error and the fit
+report (which a composition's pickle leaves behind, ``ComposedCompressor.__reduce__``)."""
+
+
+def _fit_job(job: FitJob) -> _Fitted:
+    """In a worker: fit ``job`` on the inherited rows with the supervision its method takes (``fit_inputs``: the
+    dataset's labels, the bench's query sample)."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from adaptemb.api import get_compressor
+    from adaptemb.threads import set_threads
+
+    set_threads(_INHERITED.threads)
+    torch.set_num_threads(_INHERITED.threads)
+    threadpool_limits(_INHERITED.threads)  # numpy's and faiss' BLAS and OpenMP pools: one share of the cores each
+    started, cpu_started = time.perf_counter(), time.process_time()
+    try:
+        compressor = get_compressor(job.name, **job.params)
+        if job.projection is not None:
+            compressor.reuse_projection(job.projection)  # type: ignore[attr-defined]
+        own = {key: value for key, value in _INHERITED.supervision.items() if key in compressor.fit_inputs}
+        compressor.fit(_INHERITED.corpus, **own)
+    except Exception as err:  # noqa: BLE001 - the caller fits it again in-process for the sequential run's behaviour
+        return None, 0.0, 0.0, f"{type(err).__name__}: {err}", None
+    return compressor, time.perf_counter() - started, time.process_time() - cpu_started, "", compressor.fit_report
