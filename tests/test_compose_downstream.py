@@ -305,6 +305,8 @@ class FakeMilvusServer:
 
     def load_collection(self, name: str) -> None: ...
 
+    def release_collection(self, name: str) -> None: ...
+
     def describe_collection(self, name: str) -> dict[str, Any]:
         return {"fields": [f.to_dict() for f in self.schema.fields]}
 

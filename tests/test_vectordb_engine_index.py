@@ -95,6 +95,7 @@ def test_server_only_requests_are_built_as_milvus_documents_them(coded: dict[str
     bits = resolve_index("milvus", "BINARY_VECTOR", "approximate", 10_000, "binary", local=False)
     assert milvus_request(bits) == {"index_type": "BIN_IVF_FLAT", "metric_type": "HAMMING", "params": {"nlist": 256}}
     assert auto_nlist(10_000) == 256 and auto_nlist(1_000) == 25 and auto_nlist(10) == 1 and auto_nlist(10**12) == 65_536
+    assert milvus_request(bits, lite=True)["params"] == {"nlist": 256, "params": {"nlist": 256}}  # Lite's JSON form
     rabitq = resolve_index("milvus", "FLOAT_VECTOR", EngineIndex(type="ivf_rabitq", build={"nlist": 64, "refine_type": "FP16"}),
                            5_000, "dense", local=False)
     assert milvus_request(rabitq) == {"index_type": "IVF_RABITQ", "metric_type": "IP",
@@ -105,19 +106,31 @@ def test_server_only_requests_are_built_as_milvus_documents_them(coded: dict[str
 
 @needs_milvus
 @pytest.mark.parametrize("method", ["svd", "binary", "int8"])
-def test_milvus_lite_builds_the_approximate_index_of_a_dense_form(method: str, coded: dict[str, Any], tmp_path: Path) -> None:
-    """HNSW on Milvus Lite (faiss): reported back by describe_index, loaded again in a fresh client, and close to
-    the exact index; a larger ef finds at least as much."""
+def test_milvus_lite_searches_the_approximate_index_of_a_dense_form(method: str, coded: dict[str, Any],
+                                                                     tmp_path: Path) -> None:
+    """IVF_FLAT on Milvus Lite (faiss), searched on the index right after the export in the same client (one probed
+    cell of 38 misses much of the exact top-10, every cell finds it) and reported back by describe_index; HNSW loaded
+    again in a fresh client, its wide search close to exact."""
     comp, docs, queries = coded[method]
     location = str(tmp_path / "codes.db")
-    written = export_codes(docs, to="milvus", location=location, index=EngineIndex(type="HNSW", build={"M": 8}))
-    assert written.vector.endswith("HNSW (M=8, efConstruction=200) index, loaded")
+    client = milvus_client(location)
+    try:
+        written = export_codes(docs, to="milvus", location=client, index="IVF_FLAT")
+        assert written.vector.endswith("IVF_FLAT (nlist=38) index, loaded")  # 1,500 rows: at most one cell per 39
+        described = client.describe_index("adaptemb", client.list_indexes("adaptemb")[0])
+        assert (described["index_type"], described["metric_type"], described["params"]) == ("IVF_FLAT", "IP", {"nlist": 38})
+        one = recall(search_milvus(client, "adaptemb", queries, 10, search_params={"nprobe": 1})[1], comp, queries, docs)
+        every = recall(search_milvus(client, "adaptemb", queries, 10, search_params={"nprobe": 38})[1], comp, queries, docs)
+    finally:
+        client.close()
+    assert one < 0.9 and every >= 0.99, (one, every)
+    export_codes(docs, to="milvus", location=location, recreate=True, index=EngineIndex(type="HNSW", build={"M": 8}))
     with opened("milvus", location) as client:  # a fresh client: the collection is released until search_milvus loads it
         described = client.describe_index("adaptemb", client.list_indexes("adaptemb")[0])
         assert (described["index_type"], described["metric_type"]) == ("HNSW", "IP")
-        narrow = recall(search_milvus(client, "adaptemb", queries, 10, search_params={"ef": 10})[1], comp, queries, docs)
+        assert described["params"] == {"M": 8, "efConstruction": 200}
         wide = recall(search_milvus(client, "adaptemb", queries, 10, search_params={"ef": 400})[1], comp, queries, docs)
-    assert wide >= max(narrow, 0.97), (narrow, wide)
+    assert wide >= 0.97
 
 
 @needs_milvus
@@ -129,6 +142,7 @@ def test_milvus_lite_sparse_index_is_the_inverted_index_searched_exactly(coded: 
     with opened("milvus", location) as client:
         described = client.describe_index("adaptemb", client.list_indexes("adaptemb")[0])
         assert (described["index_type"], described["metric_type"]) == ("SPARSE_INVERTED_INDEX", "IP")
+        assert described["params"] == {"drop_ratio_build": 0.0}
         _, ids = search_milvus(client, "adaptemb", queries, 10, search_params={"drop_ratio_search": 0.0})
         from pymilvus import MilvusException
 

@@ -180,10 +180,15 @@ def _knobs(chosen: EngineIndexType, side: str, defaults: Mapping[str, Any], give
     return knobs
 
 
-def milvus_request(resolved: ResolvedIndex) -> dict[str, Any]:
+def milvus_request(resolved: ResolvedIndex, lite: bool = False) -> dict[str, Any]:
     """The index a Milvus collection is created with: ``add_index``'s ``index_type``, ``metric_type`` and ``params``
-    (the build parameters set, None ones left to the server)."""
+    (the build parameters set, None ones left to the server). pymilvus sends each parameter as a key of its own, as
+    a server reads them; Milvus Lite 3.2.2 reads them only from one JSON ``params`` key (the older clients' form) and
+    silently builds with its defaults otherwise (measured: IVF_FLAT with 128 cells, not the 38 asked), so for Lite
+    they go there as well."""
     params = {key: value for key, value in resolved.build.items() if value is not None}
+    if lite and params:
+        params = {**params, "params": dict(params)}
     return {"index_type": resolved.type.name, "metric_type": resolved.type.metric, "params": params}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -157,7 +158,7 @@ def export_milvus(codes: Codes, client: Any, collection: str, row_ids: np.ndarra
     index_params = None
     if resolved is not None:
         index_params = client.prepare_index_params()
-        index_params.add_index(VECTOR_NAME, **milvus_request(resolved))
+        index_params.add_index(VECTOR_NAME, **milvus_request(resolved, lite=lite))
     # Strong consistency: a search right after the export sees every row.
     client.create_collection(collection, schema=schema, index_params=index_params, consistency_level="Strong")
     sparse, bits = vector_type == SPARSE_FIELD, vector_type == BITS_FIELD
@@ -170,9 +171,31 @@ def export_milvus(codes: Codes, client: Any, collection: str, row_ids: np.ndarra
     client.flush(collection)  # sealed segments: durable, and Milvus Lite searches them faster than its write buffer
     if resolved is None:
         return f"{vector}, no index: Milvus Lite searches every row"
-    client.load_collection(collection)  # loaded on the server, for every client
+    _settle_index(client, collection)
     exact = " (Milvus Lite scores sparse fields exactly)" if lite and resolved.type.local == "exact" else ""
     return f"{vector}, {resolved.describe()} index{exact}, loaded"
+
+
+INDEX_WAIT_S = 600.0
+"""The longest an export waits for the engine to index every row it wrote."""
+
+
+def _settle_index(client: Any, collection: str) -> None:
+    """Wait until the index covers every row written (``describe_index``: no pending rows), then release and load
+    the collection, so searches run on the index: a server indexes sealed segments in the background and searches
+    the rest by brute force, and Milvus Lite builds a segment's index synchronously only on ``load_collection``
+    (after a flush it does so in the background, searching every row until then; measured: recall 1.0 at
+    ``nprobe=1`` of 205 cells right after the flush, 0.04 after 5 s)."""
+    deadline = time.monotonic() + INDEX_WAIT_S
+    name = client.list_indexes(collection, field_name=VECTOR_NAME)[0]
+    while time.monotonic() < deadline:
+        described = client.describe_index(collection, name)
+        if int(described.get("pending_index_rows", 0)) == 0 and int(described.get("indexed_rows", 0)) >= int(
+                described.get("total_rows", 0)):
+            break
+        time.sleep(0.5)
+    client.release_collection(collection)
+    client.load_collection(collection)  # loaded on the server, for every client
 
 
 def _schema(client: Any, codes: Codes, vector_type: str) -> tuple[Any, str]:
