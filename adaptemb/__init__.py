@@ -69,6 +69,15 @@ from adaptemb.streaming import EncodeResult, encode_files, read_code_shards
 from adaptemb.threads import set_threads
 from adaptemb.train import Checkpoints, FitReport, TrainingConfig, train
 from adaptemb.validation import as_matrix
+from adaptemb.vectordb import (
+    EngineIndex,
+    export_codes,
+    milvus_client,
+    qdrant_client,
+    release_milvus_lite,
+    search_milvus,
+    search_qdrant,
+)
 
 __all__ = [
     "INPUT_KINDS",
@@ -95,6 +104,7 @@ __all__ = [
     "EncodeResult",
     "EncoderExport",
     "EncoderParity",
+    "EngineIndex",
     "FitReport",
     "Index",
     "IndexRegistry",
@@ -127,6 +137,7 @@ __all__ = [
     "cosine_distance",
     "decoded_inner_products",
     "encode_files",
+    "export_codes",
     "export_encoder",
     "fit",
     "fit_rotation",
@@ -144,15 +155,20 @@ __all__ = [
     "load_codes",
     "load_embeddings",
     "load_index",
+    "milvus_client",
     "normalized_mse",
     "parse_params",
     "principal_components",
+    "qdrant_client",
     "random_rotation",
     "read_code_shards",
     "register_plugin",
+    "release_milvus_lite",
     "resolve_device",
     "save_codes",
     "scale_offset_from_ranges",
+    "search_milvus",
+    "search_qdrant",
     "set_threads",
     "train",
     "unit_rows",

@@ -305,8 +305,21 @@ class FakeMilvusServer:
 
     def load_collection(self, name: str) -> None: ...
 
+    def release_collection(self, name: str) -> None: ...
+
     def describe_collection(self, name: str) -> dict[str, Any]:
         return {"fields": [f.to_dict() for f in self.schema.fields]}
+
+    def list_indexes(self, name: str, field_name: str) -> list[str]:
+        return [] if self.index is None else [index.index_name or index.field_name for index in self.index]
+
+    def get_load_state(self, name: str) -> dict[str, str]:
+        return {"state": "Loaded"}
+
+    def describe_index(self, name: str, index_name: str) -> dict[str, Any]:
+        """The index as a server reports it back: its configs (type, metric, build parameters) and the field."""
+        index = next(iter(self.index))
+        return {**index.get_index_configs(), "field_name": index.field_name, "index_name": index_name}
 
     def search(self, name: str, data: list[bytes], anns_field: str, limit: int, search_params: dict[str, Any],
                output_fields: list[str]) -> list[list[dict[str, Any]]]:
@@ -337,7 +350,7 @@ def test_binary_codes_on_a_milvus_server_are_a_binary_vector_rescored_with_the_q
     assert field.dtype == DataType.BINARY_VECTOR and field.params["dim"] == width
     assert server.rows[7]["codes"] == codes.packed[7].tobytes()
     scores, ids = search_milvus(server, "adaptemb", queries, 10, compressor=comp, k=rank)
-    assert server.requests[-1] == {"limit": 100, "params": {"metric_type": "HAMMING"}, "fields": ["codes"]}
+    assert server.requests[-1] == {"limit": 100, "params": {"metric_type": "HAMMING", "params": {}}, "fields": ["codes"]}
     # measured 0.967 at rank 96 (0.993 at 384): a few of the float query's top-10 lie beyond the 100 candidates nearest
     # its sign bits in Hamming distance, the price of searching the bits on the server
     assert agreement(ids, comp.index(codes).search(queries, 10)[1]) >= 0.93
@@ -348,6 +361,26 @@ def test_binary_codes_on_a_milvus_server_are_a_binary_vector_rescored_with_the_q
     np.testing.assert_array_equal(ids[:, 0], np.arange(5))
     np.testing.assert_array_equal(scores[:, 0], np.full(5, rank, np.float32))
 
+
+
+@needs_milvus
+def test_binary_codes_on_a_milvus_server_take_bin_ivf_flat_and_its_nprobe(real: Any) -> None:
+    """The approximate index of sign bits on a server (Milvus Lite has no BINARY_VECTOR): the request sent to create
+    the collection (as describe_index reports it) and the nprobe each search sends, the default or the one given."""
+    docs, queries = real
+    comp = fitted("svd+binary", docs)
+    codes = comp.encode(docs[:1000], k=sorted(comp._stages)[6])
+    server = FakeMilvusServer()
+    result = export_codes(codes, to="milvus", location=server, index="approximate")
+    assert result.vector.endswith("BIN_IVF_FLAT (nlist=25) index, loaded")  # 4 sqrt(1000) capped at 1000 / 39
+    assert server.describe_index("adaptemb", "codes") == {"nlist": 25, "metric_type": "HAMMING", "index_type": "BIN_IVF_FLAT",
+                                                          "field_name": "codes", "index_name": "codes"}
+    search_milvus(server, "adaptemb", queries[:3], 10, compressor=comp, k=codes.dim)
+    assert server.requests[-1]["params"] == {"metric_type": "HAMMING", "params": {"nprobe": 16}}
+    search_milvus(server, "adaptemb", queries[:3], 10, compressor=comp, k=codes.dim, search_params={"nprobe": 25})
+    assert server.requests[-1]["params"] == {"metric_type": "HAMMING", "params": {"nprobe": 25}}
+    with pytest.raises(ValueError, match="unknown search parameter 'ef' for Milvus BIN_IVF_FLAT; valid: nprobe"):
+        search_milvus(server, "adaptemb", queries[:3], 10, compressor=comp, k=codes.dim, search_params={"ef": 64})
 
 # -- Ray streaming --------------------------------------------------------------------------------------------------
 

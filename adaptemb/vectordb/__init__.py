@@ -112,25 +112,41 @@ from adaptemb.vectordb.common import (
     VectorDBError,
     vector_kinds,
 )
+from adaptemb.vectordb.engine_index import (
+    APPROXIMATE_TYPES,
+    ENGINE_INDEX_TYPES,
+    EngineIndex,
+    EngineIndexType,
+    fitting_types,
+    milvus_field,
+    qdrant_field,
+)
 from adaptemb.vectordb.export import MEMORY_REFUSED, CodesExport, export_codes
 from adaptemb.vectordb.milvus import milvus_client, release_milvus_lite, search_milvus
 from adaptemb.vectordb.qdrant import qdrant_client, search_qdrant
 from adaptemb.vectordb.queries import StoreQueries, store_queries
 
 __all__ = [
+    "APPROXIMATE_TYPES",
     "DEFAULT_KEY_ENV",
+    "ENGINE_INDEX_TYPES",
     "ID_FIELD",
     "MEMORY_REFUSED",
     "VECTOR_NAME",
     "CodesExport",
     "CredentialError",
+    "EngineIndex",
+    "EngineIndexType",
     "InsecureTransportWarning",
     "ServerUnreachableError",
     "StoreQueries",
     "VectorDBError",
     "export_codes",
+    "fitting_types",
     "milvus_client",
+    "milvus_field",
     "qdrant_client",
+    "qdrant_field",
     "release_milvus_lite",
     "search_milvus",
     "search_qdrant",

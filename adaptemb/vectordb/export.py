@@ -14,6 +14,7 @@ from pydantic import SecretStr
 from adaptemb.codes import Codes
 from adaptemb.vectordb.common import ID_FIELD, VECTOR_NAME, check_vector_form, is_server
 from adaptemb.vectordb.credentials import Credential, check_location, resolve_credential
+from adaptemb.vectordb.engine_index import EngineIndex
 from adaptemb.vectordb.guard import GIVEN, context_of, guarded
 from adaptemb.vectordb.milvus import (
     check_milvus_location,
@@ -60,7 +61,8 @@ class CodesExport:
 def export_codes(codes: Codes, *, to: VectorDB = "qdrant", location: str | Any, collection: str = "adaptemb",
                  ids: Sequence[int] | np.ndarray | None = None, payload: Sequence[Mapping[str, Any]] | None = None,
                  recreate: bool = False, api_key: SecretStr | str | None = None, api_key_env: str | None = None,
-                 ca_cert: str | os.PathLike[str] | None = None, compact: bool = False) -> CodesExport:
+                 ca_cert: str | os.PathLike[str] | None = None, compact: bool = False,
+                 index: EngineIndex | str | None = None) -> CodesExport:
     """Write ``codes`` into a new collection of ``to`` (``"qdrant"`` or ``"milvus"``); say what was written.
 
     ``location`` (required) is where the database is, kept after the call: a local folder (Qdrant) or
@@ -81,6 +83,12 @@ def export_codes(codes: Codes, *, to: VectorDB = "qdrant", location: str | Any, 
     ``compact=True`` stores a kind's smaller approximate form instead (Qdrant: int8 codes as uint8 ``code + 128``),
     which a search through the compressor refuses. Search the collection with ``search_qdrant`` /
     ``search_milvus``: query codes, or raw float queries through the compressor (``compressor=``).
+
+    ``index`` asks for the engine's own index (``adaptemb.vectordb.engine_index``): an ``EngineIndex`` (type and
+    build parameters), an index type's name (``"BIN_IVF_FLAT"``, ``"HNSW"``, ...), or ``"approximate"`` (the
+    engine's approximate index for the codes' vector type); it must fit the vector type the kind is stored as
+    (``ValueError`` naming those that fit). None: a Milvus server gets an exact index, Milvus Lite none, Qdrant its
+    defaults.
     """
     exporter = _EXPORTERS.get(to)
     if exporter is None:
@@ -96,14 +104,14 @@ def export_codes(codes: Codes, *, to: VectorDB = "qdrant", location: str | Any, 
     if not isinstance(location, str):
         _, where, given_credential = context_of(location, to)
         vector = guarded(to, where, given_credential,
-                         lambda: exporter(codes, location, collection, row_ids, payload, recreate, compact))
+                         lambda: exporter(codes, location, collection, row_ids, payload, recreate, compact, index))
         return CodesExport(to, GIVEN, collection, len(codes), codes.kind, vector)
     lite = to == "milvus" and not is_server(to, location)
     already_running = lite and milvus_lite_running(location)
     client = _OPENERS[to](location, credential, ca_cert)
     try:
         vector = guarded(to, location, credential,
-                         lambda: exporter(codes, client, collection, row_ids, payload, recreate, compact))
+                         lambda: exporter(codes, client, collection, row_ids, payload, recreate, compact, index))
     finally:
         client.close()
         if lite and not already_running:  # Lite keeps the file locked until its server stops

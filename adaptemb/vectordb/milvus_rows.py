@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ import scipy.sparse as sp
 from adaptemb.codes import Codes, pack_signs, unpack_signs
 from adaptemb.vectordb.common import BATCH_ROWS, ID_FIELD, VECTOR_NAME, batches
 from adaptemb.vectordb.credentials import Credential
+from adaptemb.vectordb.engine_index import EngineIndexType, milvus_search_params
 from adaptemb.vectordb.guard import guarded
 
 BINARY_OVERSAMPLING = 10
@@ -59,16 +61,17 @@ class FieldSearch:
     the scores adaptemb's (without the query offsets)."""
 
     def __init__(self, client: Any, collection: str, where: str, credential: Credential | None, top_k: int,
-                 sparse: bool, bits: bool) -> None:
+                 sparse: bool, bits: bool, index: tuple[EngineIndexType | None, Mapping[str, Any] | None] = (None, None)) -> None:
         self.client, self.collection, self.where, self.credential = client, collection, where, credential
         self.top_k, self.sparse, self.bits = top_k, sparse, bits
+        self.index_type, self.search_params = index
 
     def __call__(self, rows: np.ndarray | sp.csr_matrix) -> list[tuple[np.ndarray, np.ndarray]]:
         if self.bits:
             return self._hamming_then_rescore(np.asarray(rows.toarray() if sp.issparse(rows) else rows, np.float32))
         if self.sparse:
             return self._balanced(sp.csr_matrix(rows, dtype=np.float32))
-        results = self._request(_dense_values(rows), self.top_k, {"metric_type": "IP", "params": {}}, [ID_FIELD])
+        results = self._request(_dense_values(rows), self.top_k, "IP", [ID_FIELD])
         return [(np.array([hit["distance"] for hit in hits], np.float32), _ids(hits)) for hits in results]
 
     def _balanced(self, rows: sp.csr_matrix) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -76,8 +79,7 @@ class FieldSearch:
         dim = rows.shape[1]
         shifts = _shifts(rows)
         sent = [row if shift == 0 else _shifted(row.toarray()[0], shift) for row, shift in zip(rows, shifts, strict=True)]
-        params = {"metric_type": "IP", "params": {"drop_ratio_search": 0.0}}
-        results = self._request(_sparse_values(sp.vstack(sent).tocsr() if sent else rows), self.top_k, params,
+        results = self._request(_sparse_values(sp.vstack(sent).tocsr() if sent else rows), self.top_k, "IP",
                                 [VECTOR_NAME])
         found = []
         for row, hits in zip(rows, results, strict=True):
@@ -92,7 +94,7 @@ class FieldSearch:
         """Candidates by Hamming distance to each row's sign bits, rescored by ``<row, ±1 bits>``."""
         limit = min(_MAX_LIMIT, self.top_k * BINARY_OVERSAMPLING)
         queries = [row.tobytes() for row in pack_signs(rows)]
-        results = self._request(queries, limit, {"metric_type": "HAMMING"}, [VECTOR_NAME])
+        results = self._request(queries, limit, "HAMMING", [VECTOR_NAME])
         found = []
         for row, hits in zip(rows, results, strict=True):
             if not len(hits):
@@ -104,7 +106,9 @@ class FieldSearch:
             found.append((rescored[best].astype(np.float32), _ids(hits)[best]))
         return found
 
-    def _request(self, data: list[Any], limit: int, params: dict[str, Any], fields: list[str]) -> Any:
+    def _request(self, data: list[Any], limit: int, metric: str, fields: list[str]) -> Any:
+        """One search request: the index type's search parameters (``milvus_search_params``) for ``limit`` hits."""
+        params = {"metric_type": metric, "params": milvus_search_params(self.index_type, self.search_params, limit)}
         return guarded("milvus", self.where, self.credential, lambda: self.client.search(
             self.collection, data=data, anns_field=VECTOR_NAME, limit=limit, search_params=params, output_fields=fields))
 

@@ -29,6 +29,13 @@ from adaptemb.vectordb.common import (
     is_server,
 )
 from adaptemb.vectordb.credentials import Credential, check_location, resolve_credential, warn_insecure
+from adaptemb.vectordb.engine_index import (
+    ENGINE_INDEX_TYPES,
+    EngineIndex,
+    qdrant_field,
+    resolve_index,
+    search_knobs,
+)
 from adaptemb.vectordb.guard import context_of, guarded, remember
 from adaptemb.vectordb.queries import QueryCompressor, ranked_results, store_queries
 
@@ -73,7 +80,7 @@ def open_qdrant(location: str, credential: Credential | None, ca_cert: str | os.
     return remember(client, "qdrant", location, credential)
 
 
-QUANTIZED_OVERSAMPLING = 4.0
+QUANTIZED_OVERSAMPLING = float(ENGINE_INDEX_TYPES["qdrant"]["HNSW"].search["oversampling"])
 """A quantised collection's search takes this many times ``top_k`` candidates from the quantised vectors and
 rescores them with the float32 ones (Qdrant's ``oversampling``; a server only: local mode searches exactly)."""
 
@@ -97,26 +104,38 @@ _QUANTIZATION_NAMES = {"sign_bits": "binary", "int8_scalar": "int8 scalar"}
 
 
 def export_qdrant(codes: Codes, client: Any, collection: str, row_ids: np.ndarray,
-                  payload: Sequence[Mapping[str, Any]] | None, recreate: bool, compact: bool = False) -> str:
+                  payload: Sequence[Mapping[str, Any]] | None, recreate: bool, compact: bool = False,
+                  index: EngineIndex | str | None = None) -> str:
     from qdrant_client import models
 
+    local = _is_local(client)
+    resolved = None if index is None else resolve_index("qdrant", qdrant_field(codes), index, len(codes), codes.kind,
+                                                        local=False)
+    build = {} if resolved is None else resolved.build
     fresh_collection(client.collection_exists(collection), recreate, collection,
                      lambda: client.delete_collection(collection))
     if codes.sparse_vectors:
+        sparse_index = None if resolved is None else models.SparseIndexParams(
+            full_scan_threshold=build["full_scan_threshold"], on_disk=build["on_disk"])
         client.create_collection(collection, vectors_config={},
-                                 sparse_vectors_config={VECTOR_NAME: models.SparseVectorParams()})
+                                 sparse_vectors_config={VECTOR_NAME: models.SparseVectorParams(index=sparse_index)})
         vector = "sparse vector, dot product"
     else:
         datatype = models.Datatype(codes.compact_vector_dtype if compact else "float32")
-        quantization = None if compact else _quantization(codes.vector_quantization)
+        quantized = not compact and build.get("quantization", "auto") == "auto"
+        quantization = _quantization(codes.vector_quantization) if quantized else None
+        hnsw = None if resolved is None else models.HnswConfigDiff(
+            m=build["m"], ef_construct=build["ef_construct"], full_scan_threshold=build["full_scan_threshold"])
         with warnings.catch_warnings():  # the quantised form's RAM placement: always_ram, on_disk (older servers)
             warnings.simplefilter("ignore", DeprecationWarning)
             client.create_collection(collection, vectors_config={VECTOR_NAME: models.VectorParams(
                 size=codes.dim, distance=models.Distance.DOT, datatype=datatype, on_disk=True if quantization is not None else None,
-                quantization_config=quantization)})
+                quantization_config=quantization, hnsw_config=hnsw)})
         vector = f"{datatype.value.lower()} vector of {codes.dim}, dot product"
         if quantization is not None:
             vector += f", {_QUANTIZATION_NAMES[str(codes.vector_quantization)]} quantisation in RAM (rescored)"
+    if resolved is not None:
+        vector += f", {resolved.describe()}{' (local mode searches every point exactly)' if local else ''}"
     for start, stop in batches(len(codes), BATCH_ROWS):
         rows = codes[start:stop]
         vectors = _qdrant_vectors(rows.compact_vector_rows() if compact else rows.vector_rows())
@@ -128,34 +147,51 @@ def export_qdrant(codes: Codes, client: Any, collection: str, row_ids: np.ndarra
 
 
 def search_qdrant(client: Any, collection: str, queries: Codes | Any, top_k: int = 10, *,
-                  compressor: QueryCompressor | None = None, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  compressor: QueryCompressor | None = None, k: int | None = None,
+                  search_params: Mapping[str, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(scores, ids) of ``queries`` in a Qdrant collection ``export_codes`` wrote, as ``Index.search`` returns them
     (``ranked_results``). ``queries``, ``compressor`` and ``k`` are those of ``store_queries``: query codes, or raw
     float embeddings that the fitted ``compressor`` encodes at budget ``k`` (the documents' budget), the search
     refused (``ValueError``) unless Qdrant's scores are the compressor's own. A quantised collection (binary, int8)
-    is searched with rescoring, ``QUANTIZED_OVERSAMPLING`` times ``top_k`` candidates.
+    is searched with rescoring, ``QUANTIZED_OVERSAMPLING`` times ``top_k`` candidates. ``search_params`` override
+    the dense search's knobs (``hnsw_ef``, ``exact``, ``rescore``, ``oversampling``; the sparse index has none).
     """
     _, where, credential = context_of(client, "qdrant")
     # the stored layout matters to a search through a compressor (checked) and to query codes with a compact form
     layout_matters = compressor is not None or (isinstance(queries, Codes) and queries.compact_vector_dtype != "float32")
     compact = layout_matters and _stored_compact(client, collection, where, credential)
     asked = store_queries(queries, "qdrant", compressor=compressor, k=k, compact=compact)
-    search_params = None
-    if not sp.issparse(asked.rows):  # a dense vector: rescore a quantised collection's candidates (others ignore it)
-        from qdrant_client import models
-
-        search_params = models.SearchParams(quantization=models.QuantizationSearchParams(
-            rescore=True, oversampling=QUANTIZED_OVERSAMPLING))
+    request = _search_request(sp.issparse(asked.rows), search_params)
 
     def hits() -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for vector in _qdrant_vectors(asked.rows):
             with warnings.catch_warnings():  # local mode searches exactly: the rescoring parameters do not apply there
                 warnings.filterwarnings("ignore", message="Local mode performs exact")
                 points = guarded("qdrant", where, credential, lambda vector=vector: client.query_points(
-                    collection, query=vector, using=VECTOR_NAME, limit=top_k, search_params=search_params).points)
+                    collection, query=vector, using=VECTOR_NAME, limit=top_k, search_params=request).points)
             yield np.array([point.score for point in points], np.float64), np.array([int(point.id) for point in points])
 
     return ranked_results(asked, top_k, hits())
+
+
+def _is_local(client: Any) -> bool:
+    """Whether a Qdrant client runs the local mode (a folder or ``:memory:``), not a server's client."""
+    options = getattr(client, "init_options", None)
+    return isinstance(options, dict) and (options.get("location") == ":memory:" or bool(options.get("path")))
+
+
+def _search_request(sparse: bool, given: Mapping[str, Any] | None) -> Any:
+    """Qdrant's ``SearchParams``: for a dense vector the HNSW ``hnsw_ef`` (None: the collection's ``ef_construct``),
+    ``exact``, and the rescoring of a quantised collection's candidates (others ignore it); None for a sparse vector,
+    whose index has no knob (a search parameter given for it is refused)."""
+    from qdrant_client import models
+
+    types = ENGINE_INDEX_TYPES["qdrant"]
+    knobs = search_knobs(types["SPARSE_INVERTED" if sparse else "HNSW"], given)
+    if sparse:
+        return None
+    return models.SearchParams(hnsw_ef=knobs["hnsw_ef"], exact=knobs["exact"], quantization=models.QuantizationSearchParams(
+        rescore=knobs["rescore"], oversampling=knobs["oversampling"]))
 
 
 def _stored_compact(client: Any, collection: str, where: str, credential: Credential | None) -> bool:
