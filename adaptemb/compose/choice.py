@@ -55,8 +55,8 @@ def default_byte_ladder(largest: float) -> list[int]:
 
 class StageChoice:
     """The choices of a composition's fit (a mixin of ``ComposedCompressor``; it uses the composition's ``config``,
-    ``Quantizer``, fitted ``_projection`` and ``_stages``, and its ``_fit_stage``, ``_projected``,
-    ``_stage_queries`` and ``_scores``)."""
+    ``Quantizer``, fitted ``_projection`` and ``_stages``, and its ``_projected``, ``_stage_queries`` and
+    ``_scores``)."""
 
     Quantizer: ClassVar[type[Compressor]]
     config: ComposedConfig
@@ -65,7 +65,6 @@ class StageChoice:
     _choices: dict[int, dict[str, Any]]
 
     if TYPE_CHECKING:
-        def _fit_stage(self, x: torch.Tensor, rank: int, supervision: dict[str, Any]) -> Stage: ...
         def _projected(self, x: torch.Tensor, rank: int) -> torch.Tensor: ...
         def _stage_queries(self, stage: Stage, y: torch.Tensor) -> Codes: ...
         def _scores(self, quantizer: Compressor, query_codes: Codes, doc_codes: Codes) -> np.ndarray: ...
