@@ -1,6 +1,7 @@
 """adaptemb: compress frozen embeddings, fit once, encode at any budget."""
 
 from adaptemb._version import __version__
+from adaptemb.ann import AnnConfig, AnnIndex, CellScorer
 from adaptemb.api import compress, fit, get_compressor, list_compressors, load, load_codes, load_index
 from adaptemb.batches import Batches, StreamBatches, TensorBatches
 from adaptemb.budgets import Budgets, ByteBudgets
@@ -63,11 +64,14 @@ __all__ = [
     "INPUT_KINDS",
     "AdaptembError",
     "AdaptembWarning",
+    "AnnConfig",
+    "AnnIndex",
     "Batches",
     "BinaryCodes",
     "BinarySparseCodes",
     "Budgets",
     "ByteBudgets",
+    "CellScorer",
     "Checkpoints",
     "Codes",
     "CompressedIndex",
