@@ -2,9 +2,13 @@
 
 The automatic choices (``AnnConfig.resolved``):
 
-* ``cells``: about ``4 * sqrt(n)`` rounded to a power of two (1,024 at 65k rows, 4,096 at 1M, 16,384 at 16M),
-  at most ``n / 32`` (cells of at least 32 rows) and at least 1;
-* ``routing_dims``: the query space's own width up to 256, less where the centroids (float16, one per cell) and
+* ``cells``: ``sqrt(n)`` rounded to a power of two (512 at 250k rows, 1,024 at 1M, 4,096 at 16M), at most
+  ``n / 32`` (cells of at least 32 rows) and at least 1. Fewer, larger cells than the ``4 * sqrt(n)`` of float
+  IVF indexes: a scan pays per probed cell (the rows' decoding and the queries' weights gathered once per cell),
+  and on 1M real rows (csr 16 B, svd+binary 32 B; ``benchmarks/ann_recall_qps.py``) 1,024 cells reached 0.95
+  recall with less CPU per query than 2,048 or 4,096, and built in a quarter of the time;
+* ``routing_dims``: the query space's own width up to 256 (on 1M real rows csr's 1,024-d queries routed within
+  0.005 recall of 240 dims with 96, 0.06 below with 48; svd+binary's 256 dims lost 0.04 at 128), less where the centroids (float16, one per cell) and
   the routing basis would cost more than ``ROUTING_BYTES`` per document (or ``ROUTING_FLOOR`` bytes in all,
   whichever is more); at least 16.
 """
@@ -102,8 +106,8 @@ class Settings:
 
 
 def auto_cells(rows: int) -> int:
-    """About ``4 * sqrt(rows)``, a power of two, with at least 32 rows a cell."""
-    wanted = 2 ** round(math.log2(max(4 * math.sqrt(rows), 1)))
+    """``sqrt(rows)`` rounded to a power of two, with at least 32 rows a cell."""
+    wanted = 2 ** round(math.log2(max(math.sqrt(rows), 1)))
     return int(max(1, min(wanted, rows // 32)))
 
 

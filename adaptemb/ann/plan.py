@@ -18,21 +18,27 @@ class ProbePlan:
 
     @classmethod
     def of(cls, probes: np.ndarray, sizes: np.ndarray) -> ProbePlan:
-        """The plan of ``probes`` (queries, nprobe) cell numbers (-1: none), skipping empty cells; tasks are ordered
-        by decreasing work (rows x queries) so that workers dealt them in turn get even shares."""
+        """The plan of ``probes`` (queries, nprobe) cell numbers (-1: none), skipping empty cells. Tasks follow the
+        cell numbers: neighbouring cells (numbered together by the clustering) share many of their queries, whose
+        weights then stay in the cache from one task to the next."""
         queries = np.repeat(np.arange(len(probes), dtype=np.int64), probes.shape[1])
         cells = probes.ravel().astype(np.int64)
         used = (cells >= 0) & (sizes[np.maximum(cells, 0)] > 0)
         cells, queries = cells[used], queries[used]
         order = np.lexsort((queries, cells))
         cells, queries = cells[order], queries[order]
-        task_cells, first, counts = np.unique(cells, return_index=True, return_counts=True)
-        by_work = np.argsort(-(sizes[task_cells] * counts), kind="stable")
-        starts = first[by_work]
-        lengths = counts[by_work]
-        qptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        gather = np.repeat(starts - qptr[:-1], lengths) + np.arange(qptr[-1])
-        return cls(task_cells[by_work].astype(np.int64), qptr, queries[gather].astype(np.int64))
+        task_cells, counts = np.unique(cells, return_counts=True)
+        qptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return cls(task_cells.astype(np.int64), qptr, queries.astype(np.int64))
+
+    def shares(self, offsets: np.ndarray, parts: int) -> np.ndarray:
+        """Task bounds (parts + 1,) splitting the tasks into ``parts`` runs of consecutive tasks with about equal
+        work (rows x queries), one run per worker."""
+        work = np.cumsum(np.diff(offsets)[self.cells] * np.diff(self.qptr) + 1)
+        if not len(work):
+            return np.zeros(parts + 1, np.int64)
+        cuts = np.searchsorted(work, work[-1] * np.arange(1, parts) / parts)
+        return np.concatenate([[0], cuts, [len(work)]]).astype(np.int64)
 
     @property
     def pairs(self) -> int:

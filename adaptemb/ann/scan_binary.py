@@ -29,7 +29,8 @@ _PATTERNS = (((np.arange(16)[:, None] >> np.arange(3, -1, -1)[None, :]) & 1) * 2
 """(16, 4): the ±1 signs each nibble value stands for, most significant bit first."""
 
 _TEMPLATE = """
-def scan_binary(packed, offsets, cells, qptr, qlist, tables, keep, ids, k, parts, best_s, best_p, worst, max_rows):
+def scan_binary(packed, offsets, cells, qptr, qlist, shares, tables, keep, ids, k, parts, best_s, best_p, worst,
+                max_rows):
     width = packed.shape[1]
     nibbles = tables.shape[1] // 16
     width16 = tables.shape[1]
@@ -45,7 +46,7 @@ def scan_binary(packed, offsets, cells, qptr, qlist, tables, keep, ids, k, parts
         rows_of = np.zeros(GROUP, np.int64)
         base = np.zeros(GROUP, np.int64)
         pad_row = tables.shape[0] - 1
-        for task in range(part, len(cells), parts):
+        for task in range(shares[part], shares[part + 1]):
             cell = cells[task]
             start = offsets[cell]
             rows = offsets[cell + 1] - start
@@ -69,8 +70,8 @@ def scan_binary(packed, offsets, cells, qptr, qlist, tables, keep, ids, k, parts
                         thr[t] = np.inf
                 for t in range(GROUP):
                     base[t] = rows_of[t] * width16
-                for e in range(width16):
-                    for t in range(GROUP):
+                for e in range(width16):  # lanes past the members keep stale tables: their threshold is +inf
+                    for t in range(members):
                         block[np.uint64(e * GROUP + t)] = flat[np.uint64(base[t] + e)]
                 for r in range(rows):
 {init}
@@ -120,7 +121,7 @@ def scan_binary(codes: BinaryCodes, ids: np.ndarray, offsets: np.ndarray, querie
     kernel = compile_kernel(kernel_source(), "scan_binary", __file__)
     best_s, best_p = empty_lists(parts, len(queries), k)
     worst = np.zeros((parts, len(queries)), np.int64)
-    kernel(np.ascontiguousarray(codes.packed), offsets, plan.cells, plan.qptr, plan.queries,
+    kernel(np.ascontiguousarray(codes.packed), offsets, plan.cells, plan.qptr, plan.queries, plan.shares(offsets, parts),
            nibble_tables(queries, codes.packed.shape[1]), np.zeros(0, np.uint8) if keep is None else keep, ids, k,
            parts, best_s, best_p, worst, max(plan.max_rows(offsets), 1))
     return merge_lists(best_s, best_p, ids, k)

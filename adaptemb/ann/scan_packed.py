@@ -26,8 +26,8 @@ GROUP = 16
 WORD_BITS = 64
 
 _TEMPLATE = """
-def scan_packed(packed, offsets, cells, qptr, qlist, weights, offset, table, keep, ids, k, parts, best_s, best_p,
-                worst, max_rows):
+def scan_packed(packed, offsets, cells, qptr, qlist, shares, weights, offset, table, keep, ids, k, parts, best_s,
+                best_p, worst, max_rows):
     dim = table.shape[0] - 1
     n_tasks = len(cells)
     for part in numba.prange(parts):
@@ -46,7 +46,7 @@ def scan_packed(packed, offsets, cells, qptr, qlist, weights, offset, table, kee
         lanes = np.empty(GROUP, np.float32)
         rows_of = np.zeros(GROUP, np.int64)
         pad_row = weights.shape[0] - 1
-        for task in range(part, n_tasks, parts):
+        for task in range(shares[part], shares[part + 1]):
             cell = cells[task]
             start = offsets[cell]
             rows = offsets[cell + 1] - start
@@ -74,9 +74,9 @@ def scan_packed(packed, offsets, cells, qptr, qlist, weights, offset, table, kee
                         rows_of[t] = pad_row
                         thr[t] = np.inf
                         off[t] = 0.0
-                for u in range(used):
+                for u in range(used):  # lanes past the members keep stale weights: their threshold is +inf
                     f = np.uint64(features[u])
-                    for t in range(GROUP):
+                    for t in range(members):
                         gathered[np.uint64(u * GROUP + t)] = weights[np.uint64(rows_of[t]), f]
                 for r in range(0, rows, 2):
                     r2 = min(r + 1, rows - 1)
@@ -198,7 +198,7 @@ def scan_packed(codes: PackedSparseCodes, ids: np.ndarray, offsets: np.ndarray, 
     best_s, best_p = empty_lists(parts, len(queries), k)
     worst = np.zeros((parts, len(queries)), np.int64)
     max_rows = int(plan.max_rows(offsets))
-    kernel(np.ascontiguousarray(codes.packed), offsets, plan.cells, plan.qptr, plan.queries, query_weights(queries),
+    kernel(np.ascontiguousarray(codes.packed), offsets, plan.cells, plan.qptr, plan.queries, plan.shares(offsets, parts), query_weights(queries),
            np.ascontiguousarray(queries.offset, np.float32), value_table(codes),
            np.zeros(0, np.uint8) if keep is None else keep, ids, k, parts, best_s, best_p, worst, max(max_rows, 1))
     return merge_lists(best_s, best_p, ids, k)
