@@ -86,8 +86,9 @@ def encoded(compressor: adaptemb.Compressor, corpus: np.ndarray, rows: int, cach
     path = cache / f"{name.replace('+', '_')}_{rows}.codes.npz"
     if path.is_file():
         return adaptemb.load_codes(path)
-    codes = adaptemb.Codes.concat([compressor.encode(np.ascontiguousarray(corpus[s : s + 65536], np.float32),
-                                                     bytes=BUDGETS[name]) for s in range(0, rows, 65536)])
+    parts = [compressor.encode(np.ascontiguousarray(corpus[s : min(s + 65536, rows)], np.float32), bytes=BUDGETS[name])
+             for s in range(0, rows, 65536)]
+    codes = type(parts[0]).concat(parts)
     adaptemb.save_codes(codes, path)
     return codes
 

@@ -3,8 +3,10 @@
 1. The routing space: ``basis``, the top principal directions of sample queries made from sample documents
    (``stand_in_queries``), rounded to float16 as stored.
 2. The cells: spherical k-means (faiss, two levels) over the mapped rows of a seeded sample of ``AnnConfig.sample``
-   documents; centroids rounded to float16 as stored.
-3. Every document to its nearest centroid's cell; the codes copied in cell order with their ids.
+   documents.
+3. Every document to its nearest centroid's cell; each cell's mean mapped row becomes its routing centroid (rounded
+   to float16 as stored), and every document goes to the cell whose centroid is nearest in direction, as added
+   rows will (``Router.assign``); the codes copied in cell order with their ids.
 4. The calibration: ``calibration_queries`` rows the cells were not trained on, made into queries; their exact
    top-k (the index searched at every cell), each row's own document left out; the probes each recall needs.
 """
@@ -55,6 +57,8 @@ def _build(compressor: Any, docs: Codes, config: AnnConfig, query_kind: str, bud
     sample = router.map_codes(docs[train], scorer.doc_vectors)
     centroids = train_centroids(sample, settings.cells, seed=config.seed, iterations=config.iterations)
     router = Router(router.basis, centroids.astype(np.float16).astype(np.float32))
+    means = router.cell_means(docs, router.assign(docs, scorer.doc_vectors), scorer.doc_vectors)
+    router = Router(router.basis, means.astype(np.float16).astype(np.float32))
     main = Segment.of(docs, router.assign(docs, scorer.doc_vectors), settings.cells, np.arange(n))
     rerank = None if config.rerank is None else RerankStore(config.rerank, compressor, n)
     index = AnnIndex(compressor, CellStore(main), router, scorer, config=config, query_kind=query_kind, budget=budget,

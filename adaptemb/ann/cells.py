@@ -59,7 +59,9 @@ def unit(x: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Router:
-    """The routing space (``basis``) and the unit ``centroids`` (cells, r) of the cells."""
+    """The routing space (``basis``) and the ``centroids`` (cells, r) of the cells: each cell's mean row (as mapped,
+    not scaled to unit length). A query probes the cells of largest ``<query, centroid>``; a document belongs to the
+    cell of the nearest centroid in direction (cosine)."""
 
     basis: np.ndarray | None
     centroids: np.ndarray
@@ -72,11 +74,12 @@ class Router:
     def dims(self) -> int:
         return self.centroids.shape[1]
 
-    def map(self, rows: np.ndarray | sp.csr_matrix) -> np.ndarray:
-        """Code-space rows (n, qdim), dense or CSR, as unit rows of the routing space (n, r), float32."""
+    def map(self, rows: np.ndarray | sp.csr_matrix, *, scaled: bool = True) -> np.ndarray:
+        """Code-space rows (n, qdim), dense or CSR, as rows of the routing space (n, r), float32: unit rows, or as
+        mapped with ``scaled=False``."""
         mapped = rows if self.basis is None else rows @ self.basis
-        mapped = mapped.toarray() if sp.issparse(mapped) else mapped
-        return unit(np.array(mapped, dtype=np.float32, order="C"))
+        mapped = np.array(mapped.toarray() if sp.issparse(mapped) else mapped, dtype=np.float32, order="C")
+        return unit(mapped) if scaled else mapped
 
     def map_codes(self, codes: Codes, vectors: Vectors = dense_rows) -> np.ndarray:
         """``map`` of the ``vectors`` of every row of ``codes``, ``BLOCK_ROWS`` at a time."""
@@ -84,6 +87,20 @@ class Router:
         for start in range(0, len(codes), BLOCK_ROWS):
             out[start : start + BLOCK_ROWS] = self.map(vectors(codes[start : start + BLOCK_ROWS]))
         return out
+
+    def cell_means(self, codes: Codes, cells: np.ndarray, vectors: Vectors = dense_rows) -> np.ndarray:
+        """Each cell's mean mapped row (not scaled) over ``codes`` in cells ``cells``: the routing centroids (a
+        query's inner product with them ranks cells by the scores of their documents; cosines to unit centroids
+        would ignore that the documents' lengths differ). An empty cell keeps its current centroid."""
+        sums = np.zeros((self.cells, self.dims), np.float64)
+        for start in range(0, len(codes), BLOCK_ROWS):
+            block = self.map(vectors(codes[start : start + BLOCK_ROWS]), scaled=False)
+            members = cells[start : start + BLOCK_ROWS]
+            sums += sp.csr_matrix((np.ones(len(members)), (members, np.arange(len(members)))),
+                                  shape=(self.cells, len(members))) @ block
+        counts = np.bincount(cells, minlength=self.cells)
+        means = sums / np.maximum(counts, 1)[:, None]
+        return np.where(counts[:, None] > 0, means, self.centroids).astype(np.float32)
 
     def route(self, queries: np.ndarray, nprobe: int) -> np.ndarray:
         """The cells of each query's ``nprobe`` nearest centroids (``queries``: code-space rows), int32 (nq, nprobe):
@@ -115,7 +132,7 @@ class Router:
         return 2 * (self.centroids.size + (0 if self.basis is None else self.basis.size))
 
     def _assigner(self) -> faiss.Index:
-        centroids = np.ascontiguousarray(self.centroids, dtype=np.float32)
+        centroids = unit(np.array(self.centroids, dtype=np.float32))
         groups = int(np.sqrt(self.cells))
         if groups < 4 * ASSIGN_PROBES:
             flat = faiss.IndexFlatIP(self.dims)
