@@ -17,7 +17,8 @@ size in ``--rows`` (the first N corpus rows, encoded with the fitted compressor)
 Each record goes to ``benchmarks/results/ann_<method>_<rows>.json`` with the machine and the load before and after.
 The data are a float32 ``.npy`` of embeddings and a JSON split (``corpus``, ``queries``, ``fit_sample`` row ranges)
 as ``benchmarks``' Debian corpus writes them (``--vectors``, ``--split``); fitted compressors and codes are kept in
-``--cache`` so a rerun skips the fit and the encode.
+``--cache`` so a rerun skips the fit and the encode. ``--open-rows 10000000`` also times opening an index of 10M
+rows (the largest size's codes repeated, in the cells trained on them): ``ann_open_<method>_<rows>.json``.
 
     python benchmarks/ann_recall_qps.py --vectors /data/debian-corpus/static-256.npy \\
         --split /data/debian-corpus/split.json --cache /tmp/ann-cache
@@ -137,6 +138,27 @@ def reopened(ann: Any, queries: Any, path: Path) -> dict[str, Any]:
     return {"open_s": round(open_s, 3), "same_top10": bool(same), "file_bytes": size}
 
 
+def open_time(compressor: adaptemb.Compressor, codes: adaptemb.Codes, rows: int, queries: np.ndarray,
+              cache: Path) -> dict[str, Any]:
+    """Seconds ``adaptemb.load_index`` takes to open an index of ``rows`` documents (``codes`` repeated; the cells
+    trained on ``codes``), and whether the reopened index gives the same top-10."""
+    small = compressor.index(codes, ann=adaptemb.AnnConfig(calibration_queries=0))
+    big_codes = type(codes).concat([codes] * -(-rows // len(codes)))[:rows]
+    start = time.perf_counter()
+    big = small.rebuilt(big_codes)
+    rebuild_s = time.perf_counter() - start
+    path = big.save(cache / "ann-open.safetensors")
+    os.sync()
+    start = time.perf_counter()
+    loaded = adaptemb.load_index(path)
+    open_s = time.perf_counter() - start
+    same = np.array_equal(loaded.search(queries[:200], 10, nprobe=16)[1], big.search(queries[:200], 10, nprobe=16)[1])
+    size = path.stat().st_size
+    path.unlink()
+    return {"rows": rows, "open_s": round(open_s, 3), "same_top10": bool(same), "file_bytes": size,
+            "cells_assigned_s": round(rebuild_s, 1)}
+
+
 def faiss_ivfpq(fit_rows: np.ndarray, corpus: np.ndarray, rows: int, queries: np.ndarray, budget: int,
                 truth: np.ndarray, rounds: int) -> dict[str, Any]:
     d = corpus.shape[1]
@@ -201,6 +223,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cache", type=Path, default=Path("ann-bench-cache"), help="fitted compressors and codes")
+    parser.add_argument("--open-rows", type=int, default=0, help="also time opening an index of this many rows (the "
+                        "last size's codes repeated); 0: skip")
     args = parser.parse_args()
     adaptemb.set_threads(args.threads)
     faiss.omp_set_num_threads(args.threads)
@@ -223,6 +247,10 @@ def main() -> None:
                       **measure(method, compressor, codes, data, args),
                       "load_before": load_before, "load_after": list(os.getloadavg()), "machine": machine_info()}
             write_record(RESULTS / f"ann_{method.replace('+', '_')}_{rows}.json", record)
+            if args.open_rows and rows == min(max(args.rows), len(corpus)):
+                opened = open_time(compressor, codes, args.open_rows, queries, args.cache)
+                write_record(RESULTS / f"ann_open_{method.replace('+', '_')}_{args.open_rows}.json",
+                             {"benchmark": "ann_recall_qps/open", "method": method, **opened, "machine": machine_info()})
 
 
 if __name__ == "__main__":
