@@ -18,9 +18,20 @@ from adaptemb.codes import (
     decoded_inner_products,
     index_dtype,
 )
+from adaptemb.compose.rotation import (
+    ITQ_MAX_RANK,
+    ITQ_SAMPLE_ROWS,
+    Rotation,
+    fit_rotation,
+    hadamard_rotation,
+    itq_rotation,
+    random_rotation,
+    walsh_hadamard,
+)
 from adaptemb.config import CompressorConfig, parse_params
 from adaptemb.data import load_embeddings
 from adaptemb.devices import resolve_device
+from adaptemb.encoder_export import EncoderExport, export_encoder
 from adaptemb.errors import (
     AdaptembError,
     AdaptembWarning,
@@ -34,12 +45,12 @@ from adaptemb.errors import (
     ZeroRowsWarning,
 )
 from adaptemb.index import Index, SearchResult
-from adaptemb.index.bound import CompressedIndex, Rerank
+from adaptemb.indexing import CompressedIndex, Rerank
 from adaptemb.inputs import INPUT_KINDS, InputKind, IntegerEmbeddings, scale_offset_from_ranges
 from adaptemb.linalg import has_direction, principal_components, unit_rows
 from adaptemb.losses import cosine_distance, info_nce, normalized_mse
 from adaptemb.method import Compressor
-from adaptemb.onnx.encoder import EncoderExport, export_encoder
+from adaptemb.onnx.parity import EncoderParity, compare_codes
 from adaptemb.registry import (
     CompressorInfo,
     CompressorRegistry,
@@ -62,6 +73,8 @@ from adaptemb.validation import as_matrix
 
 __all__ = [
     "INPUT_KINDS",
+    "ITQ_MAX_RANK",
+    "ITQ_SAMPLE_ROWS",
     "AdaptembError",
     "AdaptembWarning",
     "AnnConfig",
@@ -85,6 +98,7 @@ __all__ = [
     "DuplicateIndexError",
     "EncodeResult",
     "EncoderExport",
+    "EncoderParity",
     "FitReport",
     "Index",
     "IndexRegistry",
@@ -96,6 +110,7 @@ __all__ = [
     "ProjectedQueries",
     "QuantizedCodes",
     "Rerank",
+    "Rotation",
     "RowStream",
     "SearchResult",
     "SparseCodes",
@@ -111,19 +126,23 @@ __all__ = [
     "as_matrix",
     "blockwise_scores",
     "build_index",
+    "compare_codes",
     "compress",
     "cosine_distance",
     "decoded_inner_products",
     "encode_files",
     "export_encoder",
     "fit",
+    "fit_rotation",
     "get_compressor",
     "get_index_registry",
     "get_registry",
+    "hadamard_rotation",
     "has_direction",
     "hookimpl",
     "index_dtype",
     "info_nce",
+    "itq_rotation",
     "list_compressors",
     "load",
     "load_codes",
@@ -132,6 +151,7 @@ __all__ = [
     "normalized_mse",
     "parse_params",
     "principal_components",
+    "random_rotation",
     "read_code_shards",
     "register_plugin",
     "resolve_device",
@@ -141,4 +161,5 @@ __all__ = [
     "train",
     "unit_rows",
     "unregister_plugin",
+    "walsh_hadamard",
 ]

@@ -12,14 +12,13 @@ import torch
 from adaptemb.ann import AnnIndex, is_ann_file, load_ann
 from adaptemb.budgets import Budgets
 from adaptemb.codes import Codes
-from adaptemb.compose import composed_class  # noqa: F401 - importing it installs the "a+b" composer in the registry
 from adaptemb.compressor import Array
 from adaptemb.errors import CorruptFileError, InvalidConfigError
-from adaptemb.index.bound import BRUTE_FORCE, CompressedIndex
 from adaptemb.index.brute import ScoreIndex
-from adaptemb.inputs import InputKind, InputSpec
+from adaptemb.indexing import BRUTE_FORCE, CompressedIndex
+from adaptemb.inputs import InputSpec, take_input_options, takes_input_options
 from adaptemb.method import Compressor
-from adaptemb.registry import CompressorInfo, get_index_registry, get_registry
+from adaptemb.registry import CompressorInfo, get_index_registry, get_registry, plugin_manager
 from adaptemb.rows import RowStream
 from adaptemb.serialization import (
     COMPRESSOR_FORMAT,
@@ -36,6 +35,7 @@ def get_compressor(method: str, **params: Any) -> Compressor:
     return get_registry().get(method)(**params)
 
 
+@takes_input_options
 def fit(
     emb: Array,
     method: str,
@@ -45,10 +45,6 @@ def fit(
     pairs: tuple[Array, Array] | None = None,
     labels: Array | None = None,
     key: str | None = None,
-    input_kind: InputKind = "float",
-    input_scale: Any = None,
-    input_offset: Any = None,
-    input_dim: int | None = None,
     **params: Any,
 ) -> Compressor:
     """Fit ``method`` on embeddings ``emb`` (n, d) and return the fitted compressor.
@@ -59,31 +55,39 @@ def fit(
     without a budget accept only ``k=None`` or ``k=d``, the same rule as ``encode``. ``bytes`` (one number or a
     list): the bytes per vector to fit for, for a method whose config has ``byte_budgets`` (csr: heads trained
     for the budgets; compositions: the ranks prepared); others refuse it (fit, then ``encode(x, bytes=B)``).
-    ``pairs``/``labels`` go to methods that learn from them.
+    ``pairs``/``labels`` go to methods that learn from them; the other ``params`` configure the method.
 
-    Integer embeddings you already have come in with ``input_kind``: ``"int8"`` (an int8 array, dequantised as
-    ``input_offset + input_scale * x``, defaults 0.0 and 1.0, each a number or one per dimension) or
-    ``"ubinary"`` (sign bits packed 8 per byte, uint8 (n, ceil(d / 8)), read as ±1; ``input_dim`` = d when d is
-    not 8 times the width). ``int8`` keeps int8 input as its codes and ``binary`` (``threshold="zero"``) keeps
-    packed bits as its codes; see ``adaptemb.inputs``.
+    Integer embeddings you already have come in with ``input_kind`` (``adaptemb.inputs.InputOptions``): ``"int8"``
+    (an int8 array, dequantised as ``input_offset + input_scale * x``, defaults 0.0 and 1.0, each a number or one
+    per dimension) or ``"ubinary"`` (sign bits packed 8 per byte, uint8 (n, ceil(d / 8)), read as ±1;
+    ``input_dim`` = d when d is not 8 times the width). ``int8`` keeps int8 input as its codes and ``binary``
+    (``threshold="zero"``) keeps packed bits as its codes; see ``adaptemb.inputs``.
     """
+    compressor, spec = _configured(emb, method, k=k, nbytes=bytes, params=params)
+    return compressor.fit_as(emb, spec, pairs=pairs, labels=labels, key=key)
+
+
+def _configured(emb: Any, method: str, *, k: int | None, nbytes: int | Sequence[int] | None,
+                params: dict[str, Any]) -> tuple[Compressor, InputSpec]:
+    """An unfitted ``method`` configured with ``params`` (less the input options: the spec returned) and the budget
+    it is fitted for: ``k`` (a method without a budget checks it as ``encode`` does, against the dimension of
+    ``emb`` when its shape tells it) and ``nbytes``."""
+    inputs = take_input_options(params)
     cls = get_registry().get(method)
-    spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
+    spec = InputSpec.of(**inputs)
+    width = spec.width_of(emb)  # from the shape: validating emb here too would read it twice (fit validates it)
     if k is not None and "k" not in cls.Config.model_fields:  # no budget: the rule encode applies
-        shape = getattr(emb, "shape", ())  # validating emb here too would read it twice: fit() validates it
-        if len(shape) == 2:
-            width = int(shape[1]) if spec.kind != "ubinary" else spec.dim or 8 * int(shape[1])
+        if width is not None:
             Budgets.unbudgeted(width).resolve(k, method)
     elif k is not None:
         params["k"] = k
-    if bytes is not None:
+    if nbytes is not None:
         if "byte_budgets" not in cls.Config.model_fields:
             raise InvalidConfigError(f"{method} is not fitted for a byte budget (its config has no byte_budgets); fit "
-                                     f"it, then encode(x, bytes={bytes!r})", parameter="bytes", value=bytes,
+                                     f"it, then encode(x, bytes={nbytes!r})", parameter="bytes", value=nbytes,
                                      valid=_fitted_for_bytes())
-        params["byte_budgets"] = bytes  # one number or several: the config's ByteBudgets reads both
-    return cls(**params).fit(emb, pairs=pairs, labels=labels, key=key, input_kind=input_kind, input_scale=input_scale,
-                             input_offset=input_offset, input_dim=input_dim)
+        params["byte_budgets"] = nbytes  # one number or several: the config's ByteBudgets reads both
+    return cls(**params), spec
 
 
 def _fitted_for_bytes() -> str:
@@ -93,6 +97,7 @@ def _fitted_for_bytes() -> str:
     return ", ".join([*names, "compositions (projection+quantizer)"])
 
 
+@takes_input_options
 def compress(
     emb: Array,
     method: str,
@@ -100,21 +105,17 @@ def compress(
     k: int | None = None,
     pairs: tuple[Array, Array] | None = None,
     labels: Array | None = None,
-    input_kind: InputKind = "float",
-    input_scale: Any = None,
-    input_offset: Any = None,
-    input_dim: int | None = None,
     **params: Any,
 ) -> Codes:
     """Fit ``method`` on ``emb`` and return the codes of ``emb`` at budget ``k`` (an array: for rows larger than
     memory, ``fit`` the files and write their codes with ``encode_files``). ``input_kind`` and its options read
-    integer embeddings, as in ``fit``."""
+    integer embeddings, as in ``fit``. ``emb`` is read and validated once, for the fit and the codes alike."""
     if RowStream.of(emb) is not None:
         raise TypeError("compress() needs the embeddings as an array; for files or batches larger than memory, "
                         "fit(paths, method) then encode_files(paths, compressor, out_dir)")
-    inputs = {"input_kind": input_kind, "input_scale": input_scale, "input_offset": input_offset, "input_dim": input_dim}
-    compressor = fit(emb, method, k=k, pairs=pairs, labels=labels, **inputs, **params)
-    return compressor.encode(emb, k=k, **inputs)
+    compressor, spec = _configured(emb, method, k=k, nbytes=None, params=params)
+    read = spec.read_rows(emb)
+    return compressor.fit_as(read, spec, pairs=pairs, labels=labels).encode_as(read, spec, k)
 
 
 def load(path: str | Path) -> Compressor:
@@ -149,7 +150,7 @@ def load_index(path: str | Path, *, device: str = "auto") -> CompressedIndex | A
 
 def load_codes(path: str | Path) -> Codes:
     """Load codes saved with ``save_codes`` (plugins are loaded first: they may define code kinds)."""
-    get_registry()
+    plugin_manager()  # every plugin loaded: a kind a plugin defines registers when its module is imported
     return read_codes(path)
 
 

@@ -1,7 +1,7 @@
 """The core of every compressor: its contract (config, declared capabilities, fit, encode, decode, score,
 budgets, state) and the hooks a method implements.
 
-Nothing here searches, saves or exports: ``adaptemb.index.bound.Indexing`` (``index``, ``search``),
+Nothing here searches, saves or exports: ``adaptemb.indexing.Indexing`` (``index``, ``search``),
 ``adaptemb.serialization.Persistence`` (``save``, ``load``) and ``adaptemb.onnx.head.OnnxExport``
 (``export_onnx``) add those, and ``adaptemb.method.Compressor``, the class every method subclasses
 (``adaptemb.Compressor``), composes them with ``CompressorCore``.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 import pydantic
@@ -27,9 +27,12 @@ from adaptemb.errors import (
     NotFittedError,
 )
 from adaptemb.fitting import fit_compressor
-from adaptemb.inputs import InputKind, InputSpec, IntegerEmbeddings
+from adaptemb.inputs import InputOptions, InputSpec, IntegerEmbeddings, ReadRows, takes_input_options
 from adaptemb.rows import RowStream
 from adaptemb.validation import as_matrix
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _Self = TypeVar("_Self", bound="CompressorCore")
 Array = Any  # a numpy array or torch tensor; validated at run time by adaptemb.validation
@@ -95,10 +98,10 @@ class CompressorCore(Capabilities, ABC):
         by brute force through ``score``)."""
         return self.doc_kind if self.symmetric else None
 
+    @takes_input_options
     def fit(self: _Self, x: Array | str | Path | Sequence[str | Path] | RowStream | Iterable[Array] | Callable[[], Iterable[Array]],  # noqa: PYI019 (typing.Self is 3.11+; 3.10 is supported)
             *, pairs: tuple[Array, Array] | None = None, labels: Array | None = None, key: str | None = None,
-            input_kind: InputKind = "float", input_scale: Any = None, input_offset: Any = None,
-            input_dim: int | None = None) -> _Self:
+            **inputs: Unpack[InputOptions]) -> _Self:
         """Fit on embeddings ``x`` (n, d); ``pairs`` or ``labels`` where the method learns from them.
 
         ``input_kind``: ``"float"`` (default), ``"int8"`` (an int8 array, read as ``input_offset + input_scale *
@@ -113,9 +116,14 @@ class CompressorCore(Capabilities, ABC):
         A method that encodes directions (``normalizes_rows``) leaves all-zero rows out, counted in
         ``fit_report["zero_rows_skipped"]`` with one ``ZeroRowsWarning`` (``adaptemb.fitting``).
         """
+        return self.fit_as(x, InputSpec.of(**inputs), pairs=pairs, labels=labels, key=key)
+
+    def fit_as(self: _Self, x: Any, spec: InputSpec, *, pairs: tuple[Array, Array] | None = None,  # noqa: PYI019
+               labels: Array | None = None, key: str | None = None) -> _Self:
+        """``fit`` with its input options as one ``InputSpec``; ``x`` may be rows read already (``ReadRows``), which
+        nothing reads again (``adaptemb.compress`` fits and encodes what it read once)."""
         self.fit_report = None
-        fit_compressor(self, x, pairs=pairs, labels=labels, key=key,
-                       spec=InputSpec.of(input_kind, input_scale, input_offset, input_dim))
+        fit_compressor(self, x, pairs=pairs, labels=labels, key=key, spec=spec)
         return self
 
     def budgets(self) -> Budgets:
@@ -123,9 +131,9 @@ class CompressorCore(Capabilities, ABC):
         self._require_fitted()
         return self._budgets()
 
-    def encode(self, x: Array, k: int | None = None, *, bytes: float | None = None,
-               batch_size: int = 65536, input_kind: InputKind = "float", input_scale: Any = None,
-               input_offset: Any = None, input_dim: int | None = None) -> Codes:
+    @takes_input_options
+    def encode(self, x: Array, k: int | None = None, *, bytes: float | None = None, batch_size: int = 65536,
+               **inputs: Unpack[InputOptions]) -> Codes:
         """Encode embeddings ``x`` (n, d) at budget ``k`` (``None``: the method's default, or its natural mode
         where it has one: ``natural_budget``), ``batch_size`` rows at a time, through the method's ``_encode``.
 
@@ -134,13 +142,17 @@ class CompressorCore(Capabilities, ABC):
         embeddings as ``fit`` does."""
         if bytes is not None:
             k = self.budget_within_bytes(bytes, k)
-        spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
-        rows, kept = _as_given(self, x, spec, "embeddings", k, keep=True)
+        return self.encode_as(x, InputSpec.of(**inputs), k, batch_size=batch_size)
+
+    def encode_as(self, x: Any, spec: InputSpec, k: int | None = None, *, batch_size: int = 65536) -> Codes:
+        """``encode`` (at a budget ``k``) with its input options as one ``InputSpec``; ``x`` may be rows read already
+        (``ReadRows``: the rows ``fit_as`` was given), which nothing reads again."""
+        read, kept = _as_given(self, x, spec, "embeddings", k, keep=True)
         if kept is not None:
             return kept
         self._require_fitted()
         budget = None if k is None and self.natural_budget else self.budgets().resolve(k, self.name)
-        matrix = as_matrix(rows, dim=self.dim)
+        matrix = read.floats(self.dim)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1; got {batch_size}")
         with torch.inference_mode():
@@ -148,18 +160,17 @@ class CompressorCore(Capabilities, ABC):
                      for block in (matrix[i : i + batch_size] for i in range(0, len(matrix), batch_size))]
         return parts[0] if len(parts) == 1 else type(parts[0]).concat(parts)
 
-    def encode_queries(self, x: Array, k: int | None = None, *, input_kind: InputKind = "float", input_scale: Any = None,
-                       input_offset: Any = None, input_dim: int | None = None) -> Codes:
+    @takes_input_options
+    def encode_queries(self, x: Array, k: int | None = None, **inputs: Unpack[InputOptions]) -> Codes:
         """Encode queries for ``score``: ``encode(x, k)`` for ``symmetric`` methods; the others encode them their
         own way, ``_encode_queries`` (e.g. a dense query projected through a decoder against sparse documents).
         ``input_kind`` and its options read integer queries as ``fit`` does."""
-        spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
-        rows, kept = _as_given(self, x, spec, "queries", k, keep=self.symmetric)
+        read, kept = _as_given(self, x, InputSpec.of(**inputs), "queries", k, keep=self.symmetric)
         if self.symmetric:
-            return kept if kept is not None else self.encode(rows, k=k)
+            return kept if kept is not None else self.encode(read.rows(), k=k)
         self._require_fitted()
         budget = None if k is None and self.natural_budget else self.budgets().resolve(k, self.name)
-        matrix = as_matrix(rows, name="queries", dim=self.dim)
+        matrix = read.floats(self.dim)
         with torch.inference_mode():
             return self._encode_queries(matrix, budget)
 
@@ -309,18 +320,21 @@ def _check_decodable(compressor: CompressorCore, codes: Codes) -> None:
 
 
 def _as_given(compressor: CompressorCore, x: Any, spec: InputSpec, name: str, k: int | None, *,
-              keep: bool) -> tuple[Any, Codes | None]:
-    """(rows, None): what ``encode`` / ``encode_queries`` compute with, read as ``spec`` says (``adaptemb.inputs``):
+              keep: bool) -> tuple[ReadRows, Codes | None]:
+    """(rows, None): ``x`` read as ``spec`` says (``adaptemb.inputs``), once (rows read already stay as they are):
     float input as given (only an integer array is refused here, naming ``input_kind``), other integer input as
-    its dequantised float32 rows. (None, codes): integer input of a kind the method lists in ``accepts_input_kinds``
+    its dequantised float32 rows. (rows, codes): integer input of a kind the method lists in ``accepts_input_kinds``
     (when ``keep``) is its codes already (``_encode_passthrough``, the budget ``k`` checked)."""
-    if spec.is_float:
-        spec.read(x, name=name)
-        return x, None
-    compressor._require_fitted()
-    given = spec.read(x, name=name, dim=compressor.dim)
-    assert given is not None
-    if keep and given.kind in compressor.accepts_input_kinds:
+    if isinstance(x, ReadRows):
+        read = x
+    elif spec.is_float:
+        read = spec.read_rows(x, name=name)
+    else:
+        compressor._require_fitted()
+        read = spec.read_rows(x, name=name, dim=compressor.dim)
+    given = read.given
+    if keep and given is not None and given.kind in compressor.accepts_input_kinds:
+        compressor._require_fitted()
         compressor.budgets().resolve(k, compressor.name)
-        return None, compressor._encode_passthrough(given)
-    return torch.from_numpy(given.to_float()), None
+        return read, compressor._encode_passthrough(given)
+    return read, None

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from adaptemb.errors import InvalidConfigError, ZeroRowsWarning
-from adaptemb.inputs import InputSpec, IntegerEmbeddings
+from adaptemb.inputs import InputSpec, IntegerEmbeddings, ReadRows
 from adaptemb.rows import RowStream
 from adaptemb.threads import compute_threads
 from adaptemb.validation import all_zero_error, as_matrix, as_vector, zero_rows
@@ -49,11 +49,14 @@ class Learner(Protocol):
 
 def fit_compressor(learner: Learner, x: Any, *, pairs: Any = None, labels: Any = None, key: str | None = None,
                    spec: InputSpec | None = None) -> None:
-    """Fit ``learner`` on ``x``: an array (read as ``spec`` says), or files / batches / a ``RowStream``."""
+    """Fit ``learner`` on ``x``: an array (read as ``spec`` says), rows read already (``ReadRows``), or files /
+    batches / a ``RowStream``."""
     spec = spec or InputSpec()
-    stream = RowStream.of(x, key=key, nonzero_rows=learner.normalizes_rows)
+    stream = None if isinstance(x, ReadRows) else RowStream.of(x, key=key, nonzero_rows=learner.normalizes_rows)
     if stream is None:
-        _fit_array(learner, x, pairs=pairs, labels=labels, key=key, spec=spec)
+        if key is not None:
+            raise TypeError("key names a column or tensor of a file; pass it with a path, not an array")
+        _fit_rows(learner, x if isinstance(x, ReadRows) else spec.read_rows(x), pairs=pairs, labels=labels, spec=spec)
         return
     if not spec.is_float:
         raise InvalidConfigError(f"input_kind={spec.kind!r} applies to an array in memory; files, batches and "
@@ -64,12 +67,10 @@ def fit_compressor(learner: Learner, x: Any, *, pairs: Any = None, labels: Any =
     _fit_from_stream(learner, stream, pairs)
 
 
-def _fit_array(learner: Learner, x: Any, *, pairs: Any, labels: Any, key: str | None, spec: InputSpec) -> None:
-    if key is not None:
-        raise TypeError("key names a column or tensor of a file; pass it with a path, not an array")
-    given = spec.read(x)
+def _fit_rows(learner: Learner, read: ReadRows, *, pairs: Any, labels: Any, spec: InputSpec) -> None:
+    given = read.given
     passthrough = given is not None and given.kind in learner.accepts_input_kinds
-    matrix = None if passthrough else as_matrix(x if given is None else torch.from_numpy(given.to_float()))
+    matrix = None if passthrough else read.floats()
     n, dim = (len(given), given.dim) if given is not None else matrix.shape  # type: ignore[union-attr]
     zero = zero_rows(matrix) if matrix is not None and learner.normalizes_rows else torch.zeros(n, dtype=torch.bool)
     if bool(zero.all()):

@@ -16,18 +16,66 @@ and this module is the one place that turns (array, ``input_kind``, ``input_scal
 
 from __future__ import annotations
 
+import inspect
 import math
-from dataclasses import dataclass
-from typing import Any, Literal
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
 import numpy as np
 import torch
 
 from adaptemb.errors import InvalidConfigError
-from adaptemb.validation import FLOAT_DTYPES
+from adaptemb.validation import FLOAT_DTYPES, as_matrix, check_dim
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 InputKind = Literal["float", "int8", "ubinary"]
 INPUT_KINDS: tuple[str, ...] = ("float", "int8", "ubinary")
+
+
+class InputOptions(TypedDict, total=False):
+    """How the embeddings given to ``fit``, ``encode``, ``encode_queries``, ``search`` and ``compress`` are read,
+    declared once: those functions take them as keyword arguments (``**inputs: Unpack[InputOptions]``) and read
+    them into one ``InputSpec``."""
+
+    input_kind: InputKind
+    """``"float"`` (default), ``"int8"`` (int8 values, read as ``input_offset + input_scale * x``) or ``"ubinary"``
+    (sign bits packed 8 per byte, uint8 (n, ceil(d / 8)), read as ±1)."""
+    input_scale: Any
+    """int8 only: the size of one step, a number or one per dimension (default 1.0)."""
+    input_offset: Any
+    """int8 only: the value of 0, a number or one per dimension (default 0.0)."""
+    input_dim: int | None
+    """ubinary only: the true dimension d when it is not 8 times the width."""
+
+
+_OPTION_DEFAULTS: dict[str, Any] = {"input_kind": "float", "input_scale": None, "input_offset": None, "input_dim": None}
+_Function = TypeVar("_Function", bound=Callable[..., Any])
+
+
+def take_input_options(params: dict[str, Any]) -> InputOptions:
+    """The input options among ``params`` (keyword arguments that hold others too: a method's config), removed from
+    ``params``; ``InputSpec.of`` checks them."""
+    return typing.cast(InputOptions, {name: params.pop(name) for name in _OPTION_DEFAULTS if name in params})
+
+
+def takes_input_options(function: _Function) -> _Function:
+    """Mark ``function`` as taking the ``InputOptions`` (as ``**inputs``, or within its ``**params``): its signature
+    (``inspect.signature``, ``help``) then lists them as keyword-only parameters with their defaults, in place of
+    ``**inputs`` or before ``**params``. The function itself is returned unchanged."""
+    signature = inspect.signature(function)
+    *head, rest = signature.parameters.values()
+    if rest.kind is not inspect.Parameter.VAR_KEYWORD:
+        raise TypeError(f"{function.__qualname__} takes the input options in its **keyword arguments")
+    hints = typing.get_type_hints(InputOptions)
+    options = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hints[name])
+               for name, default in _OPTION_DEFAULTS.items()]
+    function.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*head, *options, *([] if rest.name == "inputs" else [rest])])
+    return function
 
 _HOW_TO_BRING = (
     "Integer embeddings are never cast silently: pass input_kind='int8' for int8 values (with input_scale / "
@@ -72,9 +120,19 @@ class InputSpec:
     dim: int | None = None
 
     @classmethod
-    def of(cls, input_kind: Any = "float", input_scale: Any = None, input_offset: Any = None,
-           input_dim: Any = None) -> InputSpec:
-        """Check the combination (a kind adaptemb reads, and only the options that kind takes)."""
+    def of(cls, **inputs: Unpack[InputOptions]) -> InputSpec:
+        """The spec of the input options (``InputOptions``), the combination checked: a kind adaptemb reads, and only
+        the options that kind takes; a name that is no input option is a ``TypeError``."""
+        unknown = sorted(set(inputs) - set(_OPTION_DEFAULTS))
+        if unknown:
+            raise TypeError(f"unexpected keyword argument {unknown[0]!r}; the input options are "
+                            f"{', '.join(_OPTION_DEFAULTS)}")
+        options = {**_OPTION_DEFAULTS, **inputs}
+        return cls._checked(options["input_kind"], options["input_scale"], options["input_offset"],
+                            options["input_dim"])
+
+    @classmethod
+    def _checked(cls, input_kind: Any, input_scale: Any, input_offset: Any, input_dim: Any) -> InputSpec:
         if not isinstance(input_kind, str) or input_kind not in INPUT_KINDS:
             raise InvalidConfigError(f"input_kind must be one of {', '.join(repr(k) for k in INPUT_KINDS)}; "
                                      f"got {input_kind!r}")
@@ -96,6 +154,18 @@ class InputSpec:
     @property
     def is_float(self) -> bool:
         return self.kind == "float"
+
+    def width_of(self, x: Any) -> int | None:
+        """The dimension of embeddings ``x`` as this spec reads them (from the shape alone, nothing read: packed bits
+        hold 8 a byte unless ``input_dim`` says); None when ``x`` is not a 2-D array."""
+        shape = getattr(x, "shape", ())
+        if len(shape) != 2:
+            return None
+        return int(shape[1]) if self.kind != "ubinary" else self.dim or 8 * int(shape[1])
+
+    def read_rows(self, x: Any, *, name: str = "embeddings", dim: int | None = None) -> ReadRows:
+        """``x`` read once: its integers (``read``) and, when first asked for, its validated float32 rows."""
+        return ReadRows(x, self.read(x, name=name, dim=dim), name)
 
     def read(self, x: Any, *, name: str = "embeddings", dim: int | None = None) -> IntegerEmbeddings | None:
         """``x`` as :class:`IntegerEmbeddings`, or None for float input (validated by ``as_matrix`` as before).
@@ -125,8 +195,8 @@ class InputSpec:
         array = np.ascontiguousarray(array)
         if self.kind == "ubinary":
             return self._bits(array, name, dim)
-        if dim is not None and array.shape[1] != dim:
-            raise ValueError(f"{name} has dimension {array.shape[1]}, but this compressor was fitted on dimension {dim}")
+        if dim is not None:
+            check_dim(array.shape[1], dim, name)
         d = array.shape[1]
         scale = _per_dim(self.scale, d, "input_scale", default=1.0)
         if not bool((scale > 0).all()):
@@ -150,6 +220,30 @@ class InputSpec:
             raise ValueError(f"{name} has bits set past dimension {dim} (first at row {row}): the last {padding} bits of "
                              "each row are padding and must be 0 (as np.packbits leaves them); check input_dim")
         return IntegerEmbeddings("ubinary", packed, dim)
+
+
+@dataclass
+class ReadRows:
+    """Embeddings read once (``InputSpec.read_rows``): ``given``, the integers of integer input (None for float input),
+    and the float32 rows a method computes with, validated on first use (``floats``), never for a method that keeps
+    the integers as its codes. ``fit`` and ``encode`` take one in place of an array, and read nothing again."""
+
+    source: Any
+    given: IntegerEmbeddings | None
+    name: str = "embeddings"
+    _floats: torch.Tensor | None = field(default=None, repr=False)
+
+    def rows(self) -> Any:
+        """The float rows before validation: float input as given, integer input dequantised."""
+        return self.source if self.given is None else torch.from_numpy(self.given.to_float())
+
+    def floats(self, dim: int | None = None) -> torch.Tensor:
+        """The validated float32 (n, d) CPU rows (``as_matrix``, once), of dimension ``dim`` when given."""
+        if self._floats is None:
+            self._floats = as_matrix(self.rows(), name=self.name, dim=dim)
+        elif dim is not None:
+            check_dim(self._floats.shape[1], dim, self.name)
+        return self._floats
 
 
 def scale_offset_from_ranges(ranges: Any) -> tuple[np.ndarray, np.ndarray]:

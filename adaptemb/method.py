@@ -3,7 +3,7 @@ what a fitted compressor does with its codes and its state.
 
 * ``CompressorCore`` (``adaptemb.compressor``): config, declared capabilities, ``fit``, ``encode`` /
   ``encode_queries``, ``decode``, ``score``, budgets, state tensors, and the hooks a method implements;
-* ``Indexing`` (``adaptemb.index.bound``): ``index``, ``search``, ``index_options``, ``query_budget``;
+* ``Indexing`` (``adaptemb.indexing``): ``index``, ``search``, ``index_options``, ``query_budget``;
 * ``OnnxExport`` (``adaptemb.onnx.head``): ``exportable``, ``encoder``, ``encoder_arrays``, ``export_onnx``;
 * ``Persistence`` (``adaptemb.serialization``): ``save``, ``load``, ``from_saved``, ``file_metadata``.
 
@@ -13,7 +13,7 @@ The core imports none of them; this module, above them all, is the one place the
 from __future__ import annotations
 
 from adaptemb.compressor import CompressorCore
-from adaptemb.index.bound import Indexing
+from adaptemb.indexing import Indexing
 from adaptemb.onnx.head import OnnxExport
 from adaptemb.serialization import Persistence
 

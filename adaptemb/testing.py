@@ -97,13 +97,19 @@ def assert_top_k_matches(got: tuple[np.ndarray, np.ndarray], scores: np.ndarray,
             assert abs(scores[row, doc] - kth) <= atol + tol * abs(kth), f"query {row}: doc {doc} is not tied at the cut"
 
 
+MIN_FLIPS_ALLOWED = 4
+
+
 def assert_close_codes(left: Codes, right: Codes, *, rtol: float = 1e-3, max_flips: float = 1e-3) -> None:
     """Codes that stand for the same vectors up to float rounding: ``to_dense()`` values agree within
     ``rtol`` except for at most a ``max_flips`` fraction of entries (ties that last-bit float
-    differences can tip, e.g. a top-k boundary or an int8 rounding step)."""
+    differences can tip, e.g. a top-k boundary or an int8 rounding step), and never fewer than
+    ``MIN_FLIPS_ALLOWED`` entries: on a small matrix a fraction allows less than one tie (mrl+sq's
+    240 x 8 codes of the contract data showed 2 flipped rounding steps for one thread count)."""
     assert type(left) is type(right) and left.dim == right.dim and len(left) == len(right)
     a, b = left.to_dense(), right.to_dense()
-    assert (~np.isclose(a, b, rtol=rtol, atol=rtol)).mean() <= max_flips
+    flips = int((~np.isclose(a, b, rtol=rtol, atol=rtol)).sum())
+    assert flips <= max(max_flips * a.size, MIN_FLIPS_ALLOWED), f"{flips} of {a.size} entries differ"
 
 
 class CompressorContract:
@@ -177,6 +183,7 @@ class CompressorContract:
         for k in _budgets_to_check(contract_fitted):
             assert_same_codes(contract_fitted.encode(contract_data[0], k=k), loaded.encode(contract_data[0], k=k))
 
+    @pytest.mark.slow  # a new Python process (imports torch and adaptemb): 15-28 s each, measured under load
     def test_save_load_in_fresh_process(self, contract_fitted: Compressor, contract_data: Data, tmp_path: Path) -> None:
         if not self.fresh_process:
             pytest.skip("plugin registered at run time; a fresh process cannot load it")

@@ -29,13 +29,14 @@ def as_matrix(x: Any, *, name: str = "embeddings", dim: int | None = None, nonze
     n, d = tensor.shape
     if n == 0 or d == 0:
         raise ValueError(f"{name} is empty: shape {tuple(tensor.shape)}; need at least one row and one column")
-    if dim is not None and d != dim:
-        raise ValueError(f"{name} has dimension {d}, but this compressor was fitted on dimension {dim}")
+    if dim is not None:
+        check_dim(d, dim, name)
     source = tensor.detach()
     tensor = source.to(device="cpu", dtype=torch.float32).contiguous()
-    finite = torch.isfinite(tensor)
-    if not bool(finite.all()):
-        _raise_not_finite(source, finite, name)
+    if not _sum_is_finite(tensor):  # NaN or inf somewhere, or a finite sum past float32's range: look closer
+        finite = torch.isfinite(tensor)
+        if not bool(finite.all()):
+            _raise_not_finite(source, finite, name)
     if nonzero_rows:
         zero = zero_rows(tensor)
         if bool(zero.any()):
@@ -45,6 +46,20 @@ def as_matrix(x: Any, *, name: str = "embeddings", dim: int | None = None, nonze
                 "encodes each row's direction (rows are L2-normalised), and a zero row has none"
             )
     return tensor
+
+
+def _sum_is_finite(x: torch.Tensor) -> bool:
+    """True when the sum of ``x`` is finite, which proves every value finite (a NaN or an infinity carries into the
+    sum); one pass without a boolean mask, several times faster than ``isfinite(x).all()``. False may also mean a
+    finite sum beyond float32's range, so the caller checks element-wise then."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(x.numpy().sum()))
+
+
+def check_dim(d: int, dim: int, name: str = "embeddings") -> None:
+    """``ValueError`` unless rows of dimension ``d`` are of the fitted dimension ``dim``."""
+    if d != dim:
+        raise ValueError(f"{name} has dimension {d}, but this compressor was fitted on dimension {dim}")
 
 
 def zero_rows(x: torch.Tensor) -> torch.Tensor:

@@ -43,7 +43,7 @@ import scipy.linalg
 import torch
 
 import adaptemb
-from adaptemb.compose.rotation import walsh_hadamard
+from adaptemb import walsh_hadamard
 from adaptemb.datasets import Dataset
 from adaptemb.evaluate.machine import machine_info
 from adaptemb.evaluate.metrics import ndcg_at_k

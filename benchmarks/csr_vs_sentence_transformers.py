@@ -201,7 +201,7 @@ def relative_error(x: torch.Tensor, x_hat: torch.Tensor) -> float:
 # -- main ---------------------------------------------------------------------------------------------
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--docs", type=int, default=5000)
     p.add_argument("--ks", type=int, nargs="+", default=[8, 16, 32, 64])
@@ -212,36 +212,37 @@ def main() -> None:
                    default=["trainer-k96", "trainer-per-k", "budget-k32", "budget-per-k", "budget-k32-nocl"],
                    help="RECIPE-{k96,k32,per-k}[-nocl]; -nocl trains with gamma = 0 (reconstruction only)")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/csr_vs_sentence_transformers.json"))
-    args = p.parse_args()
-    torch.set_num_threads(args.threads)
-    import sentence_transformers
+    return p.parse_args()
 
-    machine = machine_info()
-    corpus, queries, gold, data = subset(args.docs, args.seed)
-    xq = F.normalize(torch.from_numpy(queries), dim=1)
-    xd = F.normalize(torch.from_numpy(corpus), dim=1)
-    results: dict[str, Any] = {"full": {}, "methods": {}, "fits": {}}
-    rows: dict[str, dict[int, float]] = {}
 
-    def record(method: str, k: int, scores: np.ndarray, **extra: Any) -> None:
-        m = ranking(scores, gold)
-        results["methods"].setdefault(method, {})[str(k)] = {**m, **extra}
-        rows.setdefault(method, {})[k] = m["ndcg_at_10"]
+class Recorder:
+    """The ranking metrics (and diagnostics) of each method at each k, and the NDCG@10 table rows."""
+
+    def __init__(self, gold: Any) -> None:
+        self.gold = gold
+        self.methods: dict[str, dict[str, Any]] = {}
+        self.rows: dict[str, dict[int, float]] = {}
+
+    def __call__(self, method: str, k: int, scores: np.ndarray, **extra: Any) -> None:
+        m = ranking(scores, self.gold)
+        self.methods.setdefault(method, {})[str(k)] = {**m, **extra}
+        self.rows.setdefault(method, {})[k] = m["ndcg_at_10"]
         print(f"  {method:<28} k={k:<3} NDCG@10 {m['ndcg_at_10']:.4f}", flush=True)
 
-    results["full"] = ranking((xq @ xd.T).numpy(), gold)
-    print(f"full precision ({data['dim']}-d): NDCG@10 {results['full']['ndcg_at_10']:.4f}", flush=True)
 
+def adaptemb_rows(args: argparse.Namespace, corpus: np.ndarray, queries: np.ndarray, xd: torch.Tensor,
+                  record: Recorder, fits: dict[str, Any]) -> None:
+    """adaptemb's svd (PCA) and csr (one fit at k=32, and one per k) at every k."""
     pca, secs, cpu = timed(lambda: adaptemb.fit(corpus, method="svd"))
-    results["fits"]["pca"] = {"wall_s": secs, "cpu_s": cpu}
+    fits["pca"] = {"wall_s": secs, "cpu_s": cpu}
     for k in args.ks:
         record("pca", k, pca.score(pca.encode_queries(queries, k=k), pca.encode(corpus, k=k)))
 
     csr, secs, cpu = timed(lambda: adaptemb.fit(corpus, method="csr", k=32, seed=args.seed))
     rep = csr.fit_report or {}
-    results["fits"]["adaptemb-csr"] = {"wall_s": secs, "cpu_s": cpu, "steps": rep.get("steps"),
-                                       "dead_fraction": rep.get("extra", {}).get("dead_fraction"),
-                                       "losses_after": rep.get("extra", {}).get("losses_after")}
+    fits["adaptemb-csr"] = {"wall_s": secs, "cpu_s": cpu, "steps": rep.get("steps"),
+                            "dead_fraction": rep.get("extra", {}).get("dead_fraction"),
+                            "losses_after": rep.get("extra", {}).get("losses_after")}
     print(f"adaptemb csr fit (k=32): {secs} s wall", flush=True)
     for k in args.ks:
         docs = csr.encode(corpus, k=k)
@@ -253,11 +254,14 @@ def main() -> None:
     if args.adaptemb_per_k:
         for k in args.ks:
             model, secs, cpu = timed(lambda k=k: adaptemb.fit(corpus, method="csr", k=k, seed=args.seed))
-            results["fits"][f"adaptemb-csr-k{k}"] = {"wall_s": secs, "cpu_s": cpu}
+            fits[f"adaptemb-csr-k{k}"] = {"wall_s": secs, "cpu_s": cpu}
             record("adaptemb-csr per-k asym", k, model.score(model.encode_queries(queries, k=k),
                                                              model.encode(corpus, k=k)), fit_wall_s=secs)
 
-    d = corpus.shape[1]
+
+def st_rows(args: argparse.Namespace, d: int, xq: torch.Tensor, xd: torch.Tensor, record: Recorder,
+            fits: dict[str, Any]) -> None:
+    """sentence-transformers' sparse encoder trained by each recipe variant, at every k it serves."""
     for variant in args.st_variants:
         recipe, kind = variant.split("-", 1)
         gamma = 0.0 if kind.endswith("-nocl") else 1.0
@@ -266,7 +270,7 @@ def main() -> None:
         for fit_k in fit_ks:
             (sae, info), secs, cpu = timed(lambda fit_k=fit_k, recipe=recipe, gamma=gamma:
                                            train_st(xd, fit_k, recipe, args.seed, gamma))
-            results["fits"][f"st-{variant}-k{fit_k}"] = {"wall_s": secs, "cpu_s": cpu, **info}
+            fits[f"st-{variant}-k{fit_k}"] = {"wall_s": secs, "cpu_s": cpu, **info}
             print(f"st {recipe} fit (module k={fit_k}): {secs} s wall; last epoch {info['last_epoch_losses']}",
                   flush=True)
             for k in (args.ks if kind in ("k96", "k32") else [fit_k]):
@@ -276,15 +280,9 @@ def main() -> None:
                 if variant.startswith("budget-k32"):
                     record(f"st-{variant} asym (diag)", k, s["asymmetric"], fit_k=fit_k, **diag)
 
-    results.update({
-        "benchmark": "csr_vs_sentence_transformers", "args": {k: str(v) for k, v in vars(args).items()},
-        "data": data, "machine": machine, "machine_end_load_average": machine_info()["load_average"],
-        "sentence_transformers": sentence_transformers.__version__, "st_recipes": RECIPES,
-        "note": "2-core machine shared with other jobs: timings are under contention, not clean",
-    })
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
 
+def print_table(args: argparse.Namespace, results: dict[str, Any], rows: dict[str, dict[int, float]],
+                data: dict[str, Any], d: int) -> None:
     lines = ["| method | " + " | ".join(f"k={k}" for k in args.ks) + " |",
              "|---|" + "---|" * len(args.ks)]
     for method, by_k in rows.items():
@@ -294,6 +292,31 @@ def main() -> None:
     print("\nNDCG@10, " + f"{data['docs']} docs, {data['queries']} queries\n" + "\n".join(lines))
     print("\nfit wall seconds: " + ", ".join(f"{k} {v['wall_s']}" for k, v in results["fits"].items()))
     print(f"wrote {args.out}")
+
+
+def main() -> None:
+    args = arguments()
+    torch.set_num_threads(args.threads)
+    import sentence_transformers
+
+    machine = machine_info()
+    corpus, queries, gold, data = subset(args.docs, args.seed)
+    xq = F.normalize(torch.from_numpy(queries), dim=1)
+    xd = F.normalize(torch.from_numpy(corpus), dim=1)
+    record = Recorder(gold)
+    results: dict[str, Any] = {"full": ranking((xq @ xd.T).numpy(), gold), "methods": record.methods, "fits": {}}
+    print(f"full precision ({data['dim']}-d): NDCG@10 {results['full']['ndcg_at_10']:.4f}", flush=True)
+    adaptemb_rows(args, corpus, queries, xd, record, results["fits"])
+    st_rows(args, corpus.shape[1], xq, xd, record, results["fits"])
+    results.update({
+        "benchmark": "csr_vs_sentence_transformers", "args": {k: str(v) for k, v in vars(args).items()},
+        "data": data, "machine": machine, "machine_end_load_average": machine_info()["load_average"],
+        "sentence_transformers": sentence_transformers.__version__, "st_recipes": RECIPES,
+        "note": "2-core machine shared with other jobs: timings are under contention, not clean",
+    })
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print_table(args, results, record.rows, data, corpus.shape[1])
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ Runs unchanged on CPU (small default round counts) and on CUDA (paper-like round
 records the device name with every number in ``benchmarks/results/latency_protocol_<device>.json``.
 
 For each active-dim count ``a``: dense = ``a``-dim float32 vectors, searched by matmul + top-k
-(``DenseIndex``, torch backend; faiss-gpu too when installed); sparse = ``a`` active of ``h`` dims,
-searched by (1) the library's ``SparseIndex`` (CPU: posting lists; CUDA: torch CSR docs × dense
-queries) and (2) the paper's form, both sides CSR and one sparse×sparse product, then top-k.
+(``build_index``'s dense backend, torch; faiss on the CPU, faiss-gpu on CUDA, recorded as an error row where
+faiss-gpu is not installed); sparse = ``a`` active of ``h`` dims, searched by (1) the library's sparse backend
+(CPU: posting lists; CUDA: torch CSR docs × dense queries) and (2) the paper's form, both sides CSR and one
+sparse×sparse product, then top-k.
 
     python benchmarks/gpu_latency_protocol.py                       # device auto
     python benchmarks/gpu_latency_protocol.py --n 1300000 --rounds 2000 --warmup 100   # the paper's counts
@@ -23,6 +24,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import scipy.sparse as sp
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -30,15 +33,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arguments import integers  # sibling benchmark modules
 from records import write_record
 
-from adaptemb import resolve_device
-from adaptemb.codes import Codes, SparseCodes
+from adaptemb import Codes, SparseCodes, build_index, resolve_device
 from adaptemb.evaluate.latency import summarize, synthetic_dense, synthetic_sparse, time_rounds, timed
 from adaptemb.evaluate.machine import describe, machine_info
-from adaptemb.index import DenseIndex, SparseIndex, faiss_gpu_available
-from adaptemb.index.sparse import torch_csr
 
 RESULTS = Path(__file__).resolve().parent / "results"
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+
+
+def torch_csr(matrix: sp.csr_matrix, device: str) -> torch.Tensor:
+    """A scipy CSR matrix as a float32 torch sparse CSR tensor on ``device``."""
+    return torch.sparse_csr_tensor(torch.from_numpy(matrix.indptr.astype(np.int64)),
+                                   torch.from_numpy(matrix.indices.astype(np.int64)),
+                                   torch.from_numpy(matrix.data.astype(np.float32)), size=matrix.shape, device=device,
+                                   check_invariants=False)  # built from a valid scipy CSR matrix
 
 
 class SparseSparse:
@@ -50,37 +58,30 @@ class SparseSparse:
         self.device = device
         self._docs_t = torch_csr(docs.to_csr().T.tocsr(), device)  # (h, n)
 
-    def search(self, queries: Codes, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        assert isinstance(queries, SparseCodes)
+    def search(self, queries: SparseCodes, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
         q = torch_csr(queries.to_csr(), self.device)
         scores = torch.sparse.mm(q, self._docs_t).to_dense()
         return torch.topk(scores, top_k, dim=1)
 
 
-def _engines(kind: str, docs: Codes, device: str) -> dict[str, Callable[[], Any]]:
-    if kind == "dense":
-        makers = {"torch-matmul": lambda: DenseIndex(docs, device=device, backend="torch")}
-        if device == "cpu":
-            makers["faiss-cpu"] = lambda: DenseIndex(docs, device="cpu", backend="faiss")
-        elif faiss_gpu_available():
-            makers["faiss-gpu"] = lambda: DenseIndex(docs, device=device, backend="faiss")
-        return makers
-    assert isinstance(docs, SparseCodes)
-    return {"adaptemb-sparse": lambda: SparseIndex(docs, device=device), "torch-spgemm": lambda: SparseSparse(docs, device)}
+def _dense_engines(docs: Codes, device: str) -> dict[str, Callable[[], Any]]:
+    faiss = "faiss-cpu" if device == "cpu" else "faiss-gpu"
+    return {"torch-matmul": lambda: build_index(docs, device=device, backend="torch"),
+            faiss: lambda: build_index(docs, device=device, backend="faiss")}
 
 
-def _measure(kind: str, a: int, h: int | None, args: argparse.Namespace, device: str) -> list[dict[str, Any]]:
-    if kind == "dense":
-        docs, queries = synthetic_dense(args.n, a, seed=args.seed), synthetic_dense(args.batch, a, seed=args.seed + 1)
-    else:
-        assert h is not None
-        docs, queries = synthetic_sparse(args.n, h, a, seed=args.seed), synthetic_sparse(args.batch, h, a, seed=args.seed + 1)
+def _sparse_engines(docs: SparseCodes, device: str) -> dict[str, Callable[[], Any]]:
+    return {"adaptemb-sparse": lambda: build_index(docs, device=device), "torch-spgemm": lambda: SparseSparse(docs, device)}
+
+
+def _measure(kind: str, engines: dict[str, Callable[[], Any]], queries: Codes, a: int, h: int | None,
+             args: argparse.Namespace, device: str) -> list[dict[str, Any]]:
     rows = []
-    for engine, make in _engines(kind, docs, device).items():
+    for engine, make in engines.items():
         try:
             index, build_s = timed(make)
             times = time_rounds(partial(index.search, queries, args.top_k), warmup=args.warmup, rounds=args.rounds)
-        except (RuntimeError, MemoryError, NotImplementedError) as err:  # e.g. out of GPU memory
+        except (RuntimeError, MemoryError, NotImplementedError, ValueError) as err:  # out of GPU memory, no faiss-gpu
             rows.append({"kind": kind, "active": a, "h": h, "engine": engine, "error": f"{type(err).__name__}: {err}"})
             continue
         stats = summarize(times, batch_size=args.batch, warmup=args.warmup)
@@ -92,6 +93,16 @@ def _measure(kind: str, a: int, h: int | None, args: argparse.Namespace, device:
     if device != "cpu":
         torch.cuda.empty_cache()
     return rows
+
+
+def _measure_dense(a: int, args: argparse.Namespace, device: str) -> list[dict[str, Any]]:
+    docs, queries = synthetic_dense(args.n, a, seed=args.seed), synthetic_dense(args.batch, a, seed=args.seed + 1)
+    return _measure("dense", _dense_engines(docs, device), queries, a, None, args, device)
+
+
+def _measure_sparse(a: int, h: int, args: argparse.Namespace, device: str) -> list[dict[str, Any]]:
+    docs, queries = synthetic_sparse(args.n, h, a, seed=args.seed), synthetic_sparse(args.batch, h, a, seed=args.seed + 1)
+    return _measure("sparse", _sparse_engines(docs, device), queries, a, h, args, device)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,9 +128,9 @@ def main(argv: list[str] | None = None) -> int:
           f"warmup {args.warmup}, rounds {args.rounds}", flush=True)
     rows = []
     for a in args.active:
-        rows += _measure("dense", a, None, args, device)
+        rows += _measure_dense(a, args, device)
         for h in args.h:
-            rows += _measure("sparse", a, h, args, device)
+            rows += _measure_sparse(a, h, args, device)
     record = {"benchmark": "latency_protocol", "device": device, "device_name": device_name, "n": args.n,
               "batch": args.batch, "warmup": args.warmup, "rounds": args.rounds, "rows": rows, "machine": machine,
               "load_average_end": machine_info()["load_average"], "argv": sys.argv[1:]}

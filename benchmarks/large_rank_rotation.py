@@ -34,13 +34,7 @@ import numpy as np
 import torch
 
 import adaptemb
-from adaptemb.compose.rotation import (
-    ITQ_MAX_RANK,
-    ITQ_SAMPLE_ROWS,
-    hadamard_rotation,
-    itq_rotation,
-    random_rotation,
-)
+from adaptemb import ITQ_MAX_RANK, ITQ_SAMPLE_ROWS, hadamard_rotation, itq_rotation, random_rotation
 from adaptemb.evaluate.machine import machine_info
 
 sys.path.insert(0, str(Path(__file__).parent))

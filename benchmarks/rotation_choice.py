@@ -49,7 +49,7 @@ import torch
 from scipy.stats import spearmanr
 
 import adaptemb
-from adaptemb.compose.rotation import Rotation, fit_rotation
+from adaptemb import Rotation, fit_rotation
 from adaptemb.datasets import Dataset
 from adaptemb.evaluate.machine import machine_info
 from adaptemb.evaluate.metrics import ndcg_at_k

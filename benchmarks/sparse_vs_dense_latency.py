@@ -28,11 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arguments import integers  # sibling benchmark modules
 from records import write_record
 
-from adaptemb import resolve_device
-from adaptemb.codes import SparseCodes
+from adaptemb import SparseCodes, build_index, resolve_device
 from adaptemb.evaluate.latency import synthetic_dense, synthetic_sparse, time_search, timed
 from adaptemb.evaluate.machine import describe, machine_info
-from adaptemb.index import DenseIndex, SparseIndex
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -88,10 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"data: dense {build_data_dense:.1f}s, sparse {build_data_sparse:.1f}s", flush=True)
 
     results = {}
-    cases = [(f"dense-faiss-{t}t", dense_docs, dense_queries, lambda d: DenseIndex(d, device=device), t) for t in args.dense_threads]
-    cases.append(("sparse", sparse_docs, sparse_queries, lambda d: SparseIndex(d, device=device), None))
+    cases = [(f"dense-faiss-{t}t", dense_docs, dense_queries, lambda d: build_index(d, device=device), t) for t in args.dense_threads]
+    cases.append(("sparse", sparse_docs, sparse_queries, lambda d: build_index(d, device=device), None))
     if device == "cpu":  # the pure-scipy engine too, for reference
-        cases.append(("sparse-scipy", sparse_docs, sparse_queries, lambda d: SparseIndex(d, backend="scipy"), None))
+        cases.append(("sparse-scipy", sparse_docs, sparse_queries, lambda d: build_index(d, backend="scipy"), None))
     default_threads = faiss.omp_get_max_threads()
     for name, docs, queries, make, threads in cases:
         faiss.omp_set_num_threads(threads or default_threads)

@@ -35,7 +35,8 @@ from typing import Any
 
 import faiss
 
-from adaptemb.codes import DenseCodes
+import adaptemb
+from adaptemb import DenseCodes
 from adaptemb.datasets import Dataset, load_dataset
 from adaptemb.evaluate.latency import time_search
 from adaptemb.evaluate.machine import machine_info
@@ -48,9 +49,8 @@ from faiss_parity import subset
 from records import append_record
 from standin768 import wordnet_examples_768
 
-from adaptemb_plugins.tq import factory_string
-
 BAR = 1e-4
+FACTORY_ROWS = 2000  # rows the tq compressor that names each budget's faiss factory string is fitted on
 
 
 def load(name: str) -> Dataset:
@@ -85,8 +85,9 @@ def parity_rows(data: Dataset, bits: int, byte_budgets: list[int]) -> list[dict[
     config = BenchConfig(methods=["tq"], bytes=byte_budgets, device="cpu", method_params={"tq": {"bits": bits}})
     result = run_bench(data, config, progress=lambda msg: print(f"{data.name} bits={bits}: {msg}", flush=True))
     rows = []
+    tq = adaptemb.fit(data.corpus[:FACTORY_ROWS], "tq", bits=bits)  # the factory string depends on d, k and bits only
     for row in (r for r in result.rows if r["method"] == "tq"):
-        spec = factory_string(data.dim, row["k"], bits)
+        spec = tq.factory_string(row["k"])
         one_thread, faiss_fit_s, faiss_index = faiss_direct(spec, data, threads=1)
         every_thread, _, _ = faiss_direct(spec, data, threads=os.cpu_count() or 1)
         rows.append({"bits": bits, "k": row["k"], "factory": spec, "bytes_per_vector": row["bytes_per_vector"],

@@ -25,7 +25,7 @@ from .faiss_codes import (
     FaissCodesIndex,
     FaissCompressor,
     divisors,
-    faiss_threads,
+    faiss_training,
     rotation_of,
     table,
     with_rotation,
@@ -147,7 +147,7 @@ class PQCompressor(FaissCompressor):
         pq.cp.min_points_per_centroid = 1  # faiss only warns below 39 rows per centroid; the rows are what they are
         rows = np.ascontiguousarray(x.numpy())
         report: dict[str, Any] = {"train_rows": len(rows), "threads": max(1, torch.get_num_threads())}
-        with faiss_threads():
+        with faiss_training():
             start = time.perf_counter()
             if self.rotate:
                 sample = self._train_rotation(faiss.downcast_VectorTransform(index.chain.at(0)), pq, rows)

@@ -35,7 +35,7 @@ from .faiss_codes import (
     FaissCodes,
     FaissCodesIndex,
     FaissCompressor,
-    faiss_threads,
+    faiss_training,
     scalar,
     table,
     with_rotation,
@@ -244,7 +244,7 @@ class RaBitQCompressor(FaissCompressor):
             rotation = faiss.vector_to_array(transform.A).reshape(d, d).astype(np.float32)
             rows = transform.apply(rows)
         index = faiss.IndexRaBitQ(d, METRIC, self.config.k)
-        with faiss_threads():
+        with faiss_training():
             index.train(rows)
         self._center = torch.from_numpy(faiss.vector_to_array(index.center).astype(np.float32))
         self._rotation = None if rotation is None else torch.from_numpy(rotation)

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from adaptemb import Budgets, CompressorConfig, adds_compressors, adds_index_backends
 
-from .faiss_codes import METRIC, FaissCodes, FaissCodesIndex, FaissCompressor, faiss_threads, scalar, table
+from .faiss_codes import METRIC, FaissCodes, FaissCodesIndex, FaissCompressor, faiss_training, scalar, table
 
 QTYPES = {4: faiss.ScalarQuantizer.QT_4bit, 6: faiss.ScalarQuantizer.QT_6bit, 8: faiss.ScalarQuantizer.QT_8bit}
 """Bits per dimension -> faiss quantiser type (non-uniform: one range per dimension)."""
@@ -62,7 +62,7 @@ class SQCompressor(FaissCompressor):
 
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
         index = faiss.index_factory(x.shape[1], f"SQ{self.config.k}", METRIC)
-        with faiss_threads():
+        with faiss_training():
             index.train(np.ascontiguousarray(x.numpy()))
         self._trained = torch.from_numpy(faiss.vector_to_array(index.sq.trained).astype(np.float32))
         self._reset_encoders()

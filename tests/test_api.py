@@ -86,3 +86,31 @@ def test_read_only_arrays_are_read_without_a_warning() -> None:
     compressor = adaptemb.fit(frozen, "svd", k=4)
     np.testing.assert_array_equal(compressor.encode(frozen).to_dense(), adaptemb.fit(x, "svd", k=4).encode(x).to_dense())
     assert not frozen.flags.writeable and np.array_equal(frozen, x)
+
+
+def test_compress_reads_and_validates_its_embeddings_once(x: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> None:
+    """compress fits and encodes the rows it read once: one float validation (``as_matrix``) and one integer read
+    (``InputSpec.read``) of the embeddings, where fit then encode reads them twice; the codes are fit-then-encode's."""
+    import adaptemb.compressor
+    import adaptemb.fitting
+    import adaptemb.inputs
+
+    validated, read = [], []
+    for module in (adaptemb.inputs, adaptemb.compressor, adaptemb.fitting):
+        real_matrix = module.as_matrix
+        monkeypatch.setattr(module, "as_matrix", lambda rows, *args, _real=real_matrix, **kwargs: (
+            validated.append(kwargs.get("name", "embeddings")), _real(rows, *args, **kwargs))[1])
+    real_read = adaptemb.inputs.InputSpec.read
+    monkeypatch.setattr(adaptemb.inputs.InputSpec, "read", lambda self, rows, **kwargs: (
+        read.append(kwargs.get("name", "embeddings")), real_read(self, rows, **kwargs))[1])
+    codes = adaptemb.compress(x, "svd", k=4)
+    assert validated == ["embeddings"] and read == ["embeddings"]
+    integers = np.clip(np.round(x * 40), -127, 127).astype(np.int8)
+    validated.clear(), read.clear()
+    int8_codes = adaptemb.compress(integers, "svd", k=4, input_kind="int8", input_scale=0.025)
+    assert validated == ["embeddings"] and read == ["embeddings"]
+    monkeypatch.undo()
+    np.testing.assert_array_equal(codes.to_dense(), adaptemb.fit(x, "svd").encode(x, k=4).to_dense())
+    again = adaptemb.fit(integers, "svd", input_kind="int8", input_scale=0.025).encode(
+        integers, k=4, input_kind="int8", input_scale=0.025)
+    np.testing.assert_array_equal(int8_codes.to_dense(), again.to_dense())

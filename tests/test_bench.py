@@ -55,6 +55,7 @@ def _independent_ndcg(scores: np.ndarray, gold: np.ndarray) -> float:
     return float(np.mean(np.where(ranks <= 10, 1.0 / np.log2(ranks + 1), 0.0)))
 
 
+@pytest.mark.slow
 def test_bench_writes_every_output(bench_dir: Path) -> None:
     for name in ("results.json", "results.csv", "quality_vs_bytes.png", "quality_vs_latency.png", "report.md"):
         assert (bench_dir / name).is_file(), name
@@ -194,6 +195,7 @@ def _config(methods: list[str], **kw: object) -> BenchConfig:
     return BenchConfig(methods=methods, budgets=[4, 16], device="cpu", rounds=1, warmup=0, batch_size=16, **kw)
 
 
+@pytest.mark.slow
 def test_runner_serves_custom_scoring_methods(toy_methods: None) -> None:
     data = _dataset()
     result = run_bench(data, _config(["asymtoy", "negtoy"]))
@@ -230,6 +232,7 @@ def test_param_flag_must_name_a_benchmarked_method() -> None:
     assert result.exit_code == 2 and "METHOD.NAME=VALUE" in result.stderr
 
 
+@pytest.mark.slow
 def test_scale_study_searches_every_method_through_its_own_index(tmp_path: Path) -> None:
     """``--scale N``: the corpus plus perturbed copies, every method at its table budgets through its own index,
     faiss flat / HNSW / IVF-PQ beside it; the copies are distractors, so quality can only drop."""
@@ -286,6 +289,7 @@ def _tiny_scale(methods: list[str], rows: int = 2000, **kw: object) -> tuple[Dat
                                    fit_progress=False, **kw)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_scale_study_runs_the_tables_budgets_not_full_rank() -> None:
     """svd's default budget is rank d (no compression); at scale it runs at the table's byte budgets, like every
     method, and a method refitted per budget (pq) keeps its fit for each."""
@@ -310,6 +314,7 @@ def test_scale_study_with_explicit_budgets_uses_each_refit() -> None:
     assert any(n.startswith("scale: pq k=64 skipped") for n in result.notes)
 
 
+@pytest.mark.slow
 def test_with_a_scale_study_the_recommendation_ranks_the_scale_rows(tmp_path: Path) -> None:
     data, config = _tiny_scale(["svd", "mrl", "int8"], bytes=[16, 64, 128])
     result = run_bench(data, config)
@@ -325,6 +330,7 @@ def test_with_a_scale_study_the_recommendation_ranks_the_scale_rows(tmp_path: Pa
     assert plain.recommendation_rows == "corpus" and plain.corpus_recommendation == []
 
 
+@pytest.mark.slow
 def test_bench_output_fits_100_columns_and_wide_shows_every_column(tmp_path: Path) -> None:
     np.savez(tmp_path / "tiny.npz", **_arrays())
     args = ["bench", "--data", str(tmp_path / "tiny.npz"), "--methods", "svd", "--budgets", "8", "--rounds", "1",
@@ -336,3 +342,37 @@ def test_bench_output_fits_100_columns_and_wide_shows_every_column(tmp_path: Pat
     wide = runner.invoke(app, [*args, "--wide", "--out", str(tmp_path / "b")], env={"COLUMNS": "260"})
     assert wide.exit_code == 0, wide.output
     assert "variant" in wide.output and "…" not in wide.output
+
+
+class _Listener:
+    """A ``StepListener`` recording what a progress bar would be told."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, int]] = []
+        self.finished = False
+
+    def step(self, label: str, planned: int) -> None:
+        self.steps.append((label, planned))
+
+    def done(self) -> None:
+        self.finished = True
+
+
+def test_every_step_is_timed_and_announced_with_the_steps_planned() -> None:
+    rng = np.random.default_rng(0)
+    corpus = rng.standard_normal((300, 16)).astype(np.float32)
+    data = Dataset.from_gold("toy", corpus, corpus[:40] + 0.01, np.arange(40))
+    listener = _Listener()
+    result = run_bench(data, _config(["svd", "int8"]), progress=listener)
+    kinds = [(step["kind"], step["method"], step["k"]) for step in result.steps]
+    assert kinds == [("reference", "float32", None), ("fit", "svd", None), ("row", "svd", 4), ("row", "svd", 16),
+                     ("fit", "int8", None), ("row", "int8", None), ("recommend", None, None)]
+    assert all(step["seconds"] > 0 for step in result.steps)
+    assert sum(step["seconds"] for step in result.steps) <= result.total_s
+    assert [label for label, _ in listener.steps] == [step["label"] for step in result.steps] and listener.finished
+    planned = [count for _, count in listener.steps]
+    assert planned[0] == 2 + 2 * 3  # before any fit: a fit and a row per budget of each method
+    assert planned[-1] == len(result.steps)  # int8 has one row, not two: the plan is corrected
+    labels: list[str] = []
+    run_bench(data, _config(["svd"]), progress=labels.append)  # a plain callable hears the labels
+    assert labels[0] == "float32: exact search on the full-precision embeddings" and len(labels) == 5

@@ -79,11 +79,12 @@ def test_runner_fits_label_learners_with_the_datasets_labels_when_asked(toys: No
     corpus = rng.standard_normal((200, 16)).astype(np.float32)
     labels = rng.integers(0, 4, 200)
     data = Dataset.from_gold("toy", corpus, corpus[:30] + 0.01, np.arange(30), labels=labels, query_labels=labels[:30])
-    config = BenchConfig(methods=["labeltoy", "alwaystoy", "labeltoy+binary"], budgets=[8], device="cpu", rounds=1,
+    # the composition first: fitted after labeltoy's own row, it would share that fit (test below)
+    config = BenchConfig(methods=["labeltoy+binary", "alwaystoy", "labeltoy"], budgets=[8], device="cpu", rounds=1,
                          warmup=0, batch_size=16, fit_labels=True)
     result = run_bench(data, config)
     assert [sorted(s) for s in LabelToy.seen] == [["labels"], [], ["labels"]]  # the composition passes them on
-    assert np.array_equal(LabelToy.seen[0]["labels"], labels)
+    assert np.array_equal(LabelToy.seen[2]["labels"], labels)
     assert "labeltoy: fitted with the dataset's corpus labels" in result.notes
     assert all(len(r[PER_QUERY_NDCG]) == 30 for r in result.rows)  # every judged query, kept for the bootstrap
     LabelToy.seen.clear()
@@ -91,6 +92,25 @@ def test_runner_fits_label_learners_with_the_datasets_labels_when_asked(toys: No
     assert LabelToy.seen == [{}]  # by default (no --fit-labels) every method sees the rows only
 
 
+def test_a_composition_shares_the_projection_its_own_row_fitted(toys: None) -> None:
+    data = load_dataset("default")
+    config = BenchConfig(methods=["labeltoy", "labeltoy+binary"], bytes=[16], device="cpu", rounds=1, warmup=0,
+                         fit_labels=True)
+    shared = run_bench(data, config)
+    assert len(LabelToy.seen) == 1  # one fit of the projection serves both rows
+    alone = run_bench(data, BenchConfig(**{**vars(config), "methods": ["labeltoy+binary"]}))
+    assert len(LabelToy.seen) == 2
+    (row,), (own,) = ([r for r in result.rows if r["method"] == "labeltoy+binary"] for result in (shared, alone))
+    assert row["ndcg_at_10"] == own["ndcg_at_10"] and row["k"] == own["k"]
+    (fit,) = [r for r in shared.rows if r["method"] == "labeltoy"]
+    assert row["fit_s"] >= fit["fit_s"]  # what fitting it alone costs: the shared fit's seconds included
+    assert any(note.startswith("labeltoy+binary: its projection is the labeltoy row's fit") for note in shared.notes)
+    other = BenchConfig(**{**vars(config), "method_params": {"labeltoy+binary": {"seed": 1}}})
+    run_bench(data, other)  # other settings: no sharing
+    assert len(LabelToy.seen) == 4
+
+
+@pytest.mark.slow
 def test_bench_row_of_a_composition_equals_the_api_at_32_bytes() -> None:
     data = load_dataset("default")  # adaptemb bench --methods svd+rabitq,... --bytes 32, against the API
     config = BenchConfig(methods=["svd+rabitq"], bytes=[32], device="cpu", rounds=1, warmup=0, fit_progress=False)
@@ -103,6 +123,7 @@ def test_bench_row_of_a_composition_equals_the_api_at_32_bytes() -> None:
     assert abs(row["ndcg_at_10"] - api) <= 0.002 and api > 0.15
 
 
+@pytest.mark.slow
 def test_cli_flags_choose_the_default_compositions(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 

@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 import adaptemb
-from adaptemb.evaluate import report
+from adaptemb.evaluate import columns, report, terminal
 from adaptemb.evaluate.colours import PALETTE, REFERENCE_COLOURS, method_colour, method_colours
 from adaptemb.evaluate.metrics import PER_QUERY_NDCG
 from adaptemb.evaluate.recommend import MethodSizes, recommend
@@ -79,7 +79,7 @@ def realistic_result() -> BenchResult:
 
 def _printed(result: BenchResult, *, width: int = 100, wide: bool = False) -> str:
     console = Console(width=width, record=True)
-    report.print_table(result, console, wide=wide)
+    terminal.print_table(result, console, wide=wide)
     return console.export_text()
 
 
@@ -123,12 +123,13 @@ def test_tables_and_report_show_the_chosen_k_and_value_bits(tmp_path: Path) -> N
 def test_wide_mode_has_every_column_and_folds_rather_than_truncates() -> None:
     result = realistic_result()
     text = _printed(result, width=260, wide=True)
-    for title, _, _ in report.COLUMNS + report.SCALE_COLUMNS:
+    for title, _, _ in columns.COLUMNS + columns.SCALE_COLUMNS:
         assert title in text, title
     assert "runner-up" in text and "margin" in text
     assert "…" not in _printed(result, width=100, wide=True)
 
 
+@pytest.mark.slow
 def test_markdown_report_explains_nothing_fits_and_the_scale_basis(tmp_path: Path) -> None:
     result = realistic_result()
     files = report.write_report(result, tmp_path)
@@ -160,6 +161,7 @@ def _colours_of(ax: Any) -> dict[str, str]:
     return found
 
 
+@pytest.mark.slow
 def test_every_figure_colours_a_method_the_same_way(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     figures: dict[str, dict[str, str]] = {}
     finish = report._finish
@@ -205,6 +207,7 @@ def test_palette_follows_the_sorted_registry_third_party_included(fresh_plugins:
     assert method_colour("not-installed") == method_colour("not-installed") in PALETTE  # a stable fallback
 
 
+@pytest.mark.slow
 def test_bench_rows_carry_the_value_bits_their_codes_declare() -> None:
     """A real run at byte budgets: csr's and bsa's rows hold the bits per value of their codes (bsa 1; csr what its
     packed codes declare, with which k indices and values fill the row's bytes exactly), the table shows them."""
@@ -236,9 +239,57 @@ def test_bench_rows_carry_the_value_bits_their_codes_declare() -> None:
             assert row["value_bits"] is None
     assert {r["method"] for r in rows} == {"bsa", "csr", "svd"}
     console = Console(width=100, record=True)
-    report.print_table(result, console)
+    terminal.print_table(result, console)
     text = console.export_text()
     for row in rows:
         cell = f"{row['k']}·{row['value_bits']}b" if row["value_bits"] else f"{row['k']}"
         assert any(line.split("│")[1].strip() == row["method"] and line.split("│")[2].strip() == cell
                    for line in text.splitlines() if line.startswith("│")), cell
+
+
+def test_the_terminal_shows_each_familys_best_row_per_budget_and_every_row_on_request() -> None:
+    result = realistic_result()
+    result.rows += [_row("svd+binary", 128, 16.0, 0.175), _row("svd+rabitq", 96, 16.0, 0.137),
+                    _row("svd+binary", 256, 32.0, 0.1925)]
+    groups = terminal.best_rows(result)
+    assert [row["method"] for row in groups[0]] == ["float32"]
+    budgets = [8, 16, 32, 64, 128, float("inf")]  # the recommendation's, then above them all
+
+    def budget(row: dict[str, Any]) -> float:
+        return next(b for b in budgets if row["bytes_per_vector"] <= b)
+
+    held = [{budget(row) for row in group} for group in groups[1:]]
+    assert all(len(one) == 1 for one in held) and [min(one) for one in held] == sorted(min(one) for one in held)
+    for group in groups[1:]:
+        families = [str(row["method"]).split("+")[0] for row in group]
+        assert len(families) == len(set(families))  # one row a family
+        assert [row["ndcg_at_10"] for row in group] == sorted((row["ndcg_at_10"] for row in group), reverse=True)
+    at_16 = {row["method"]: row["ndcg_at_10"] for row in groups[1]}  # nothing at 8 B: 16 B comes first
+    assert at_16["svd+binary"] == 0.175 and "svd" not in at_16 and "svd+rabitq" not in at_16  # svd's best: its code
+    above = groups[-1]  # rows above every budget: int8 (384 B), sq (192 B) and rerank rows
+    assert {row["method"] for row in above} >= {"int8", "sq"} and all(row["bytes_per_vector"] > 128 for row in above)
+    shown = sum(len(group) for group in groups)
+    compact, every = _printed(result), _printed_all(result)
+    assert f"{shown} of {len(result.rows)} rows (--all-rows)" in " ".join(compact.split())
+    assert every.count("svd+rabitq") == 1 and compact.count("svd+rabitq") == 0
+    assert "(--all-rows)" not in every
+
+
+def _printed_all(result: BenchResult) -> str:
+    console = Console(width=100, record=True)
+    terminal.print_table(result, console, all_rows=True)
+    return console.export_text()
+
+
+def test_the_summary_gives_the_time_of_each_fit_and_where_the_files_are(tmp_path: Path) -> None:
+    result = realistic_result()
+    result.steps = [{"kind": "reference", "method": "float32", "seconds": 1.5},
+                    {"kind": "fit", "method": "csr", "seconds": 20.04}, {"kind": "row", "method": "csr", "seconds": 0.3},
+                    *[{"kind": "fit", "method": "opq", "seconds": s} for s in (2.0, 3.0, 4.5)]]
+    files = {"json": tmp_path / "results.json", "markdown": tmp_path / "report.md", "pareto": tmp_path / "pareto.png"}
+    console = Console(width=100, record=True)
+    terminal.print_summary(result, files, console)
+    text = " ".join(console.export_text().split())
+    assert "time per fit: csr 20.0s, opq 9.5s (3 fits); whole run 147s" in text
+    assert "1 note (what was skipped, shared or fitted how) is in the report" in text
+    assert f"results: {tmp_path / 'report.md'} (every row), and beside it results.json, pareto.png" in text

@@ -77,7 +77,7 @@ def test_budget_out_of_range_and_bad_sizes(fitted: adaptemb.Compressor, data: np
 
 def test_code_dropout_acts_in_training_only(fitted: adaptemb.Compressor, data: np.ndarray) -> None:
     """Training loss: about half of the code bits dropped; evaluation (early stopping, inference): none."""
-    from adaptemb_plugins.bsa import BSAObjective, LossWeights
+    from adaptemb_plugins.bsa.compressor import BSAObjective, LossWeights
 
     x = torch.nn.functional.normalize(torch.from_numpy(data[:256]), dim=1)
     losses = {}
@@ -230,6 +230,7 @@ def _mask(rows: int, dim: int, seed: int, empty_rows: int = 0) -> np.ndarray:
     return mask
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["packed", "ragged", "bitmap"])
 def test_saved_file_is_rows_times_bytes_per_vector_plus_a_fixed_header(layout: str, tmp_path: Path) -> None:
     """A codes file of n rows takes n x bytes_per_vector plus a header that does not grow with n."""
@@ -384,6 +385,7 @@ def small_fit_without_dropout() -> dict:
     return adaptemb.get_compressor("bsa", h=1024, k=32, code_dropout=0, progress=False).fit(_default_corpus(3000)).fit_report
 
 
+@pytest.mark.slow
 def test_no_dead_features_on_real_embeddings(small_fit: dict) -> None:
     report = small_fit
     # measured (2 cores, seed 0, default schedule: batch 32, up to 40 epochs, stopped at 32; code dropout 0.5):

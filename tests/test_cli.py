@@ -46,6 +46,7 @@ def test_fit_then_compress_writes_loadable_codes(corpus: Path, tmp_path: Path) -
     assert info.exit_code == 0 and '"k":12' in info.output
 
 
+@pytest.mark.slow
 def test_compress_writes_query_codes_for_asymmetric_methods(corpus: Path, tmp_path: Path) -> None:
     """``--side query``: csr's query codes are projected (dense over the latents, plus an offset), not sparse."""
     model, docs_path, queries_path = tmp_path / "csr.safetensors", tmp_path / "docs.npz", tmp_path / "queries.npz"
@@ -129,6 +130,7 @@ def test_compress_rejects_a_budget_the_model_cannot_honour(corpus: Path, tmp_pat
     assert not (tmp_path / "c.npz").exists()
 
 
+@pytest.mark.slow
 def test_fit_for_byte_budgets_then_compress_and_encode_within_them(corpus: Path, tmp_path: Path) -> None:
     """``fit --bytes 3,6`` reaches ``adaptemb.fit(..., bytes=[3, 6])`` (csr: heads for those budgets); ``compress -b`` and
     ``encode -b`` write the codes ``encode(x, bytes=B)`` gives, within B bytes per vector."""

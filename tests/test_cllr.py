@@ -83,6 +83,7 @@ def test_fit_report(fitted: adaptemb.Compressor) -> None:
 NESTED = {**SMALL, "prefixes": (4, 8), "prefix_candidates": 256}
 
 
+@pytest.mark.slow
 def test_prefix_nesting_keeps_the_full_codes_neighbours_in_short_prefixes(x: np.ndarray) -> None:
     """The nesting stage trains the 4- and 8-dim prefixes to rank neighbours like the full code does."""
     from adaptemb.ranking import exact_top_k
@@ -106,6 +107,7 @@ def test_prefix_nesting_keeps_the_full_codes_neighbours_in_short_prefixes(x: np.
         assert np.all(np.diff(spread[block]) <= 1e-4 * spread[0])
 
 
+@pytest.mark.slow
 def test_prefix_nesting_is_a_left_factor_so_zero_columns_stay_zero(x: np.ndarray) -> None:
     sparse = adaptemb.fit(x, "cllr", regularizer="l21", alpha=30.0, **NESTED)
     assert sparse.fit_report["extra"]["nesting"]["prefixes"] == [4, 8]
@@ -119,6 +121,7 @@ def test_prefix_nesting_is_a_left_factor_so_zero_columns_stay_zero(x: np.ndarray
         adaptemb.get_compressor("cllr", prefixes=(0, 8))
 
 
+@pytest.mark.slow
 def test_nuclear_prox_drops_rank_exactly(x: np.ndarray) -> None:
     ranks = [adaptemb.fit(x, "cllr", alpha=alpha, **SMALL).budgets().high for alpha in (0.0, 10.0, 30.0)]
     assert ranks[0] == 16 and ranks[0] > ranks[1] > ranks[2] >= 1
@@ -141,6 +144,7 @@ def test_l21_prox_zeroes_whole_columns(x: np.ndarray) -> None:
     assert np.all(np.any(dense.projection.numpy() != 0.0, axis=0))
 
 
+@pytest.mark.slow
 def test_clear_errors_for_too_strong_a_regulariser_and_too_large_a_budget(x: np.ndarray) -> None:
     with pytest.raises(ValueError, match="removed every direction"):
         adaptemb.fit(x, "cllr", alpha=1e4, **SMALL)
@@ -152,6 +156,7 @@ def test_clear_errors_for_too_strong_a_regulariser_and_too_large_a_budget(x: np.
         adaptemb.get_compressor("cllr", regularizer="trace")
 
 
+@pytest.mark.slow
 def test_pairs_teach_which_directions_matter() -> None:
     docs, queries, gold = _nuisance_task()
     train, test = slice(0, 150), slice(150, 300)
@@ -167,6 +172,7 @@ def test_pairs_teach_which_directions_matter() -> None:
     assert top1(learned) >= top1(pca) + 0.3
 
 
+@pytest.mark.slow
 def test_early_stopping_keeps_the_l_whose_held_out_pairs_rank_best() -> None:
     docs, queries, gold = _nuisance_task()
     pairs = (queries[:150], docs[gold[:150]])
@@ -188,6 +194,7 @@ def test_early_stopping_keeps_the_l_whose_held_out_pairs_rank_best() -> None:
     assert few.fit_report["val_loss"] is None and not few.fit_report["stopped_early"]
 
 
+@pytest.mark.slow
 def test_labels_and_views_supervise(x: np.ndarray) -> None:
     labels = (x[:, 0] > 0).astype(np.int64)
     assert adaptemb.fit(x, "cllr", labels=labels, **SMALL).fit_report["extra"]["supervision"] == "labels"
@@ -195,6 +202,7 @@ def test_labels_and_views_supervise(x: np.ndarray) -> None:
     assert both.fit_report["extra"]["supervision"] == "labels+pairs"
 
 
+@pytest.mark.slow
 def test_int8_codes_take_one_byte_per_dim_and_rank_like_float(x: np.ndarray) -> None:
     float_codes = adaptemb.fit(x, "cllr", **SMALL)
     int8 = adaptemb.fit(x, "cllr", values="int8", **SMALL)

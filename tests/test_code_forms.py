@@ -108,3 +108,48 @@ def test_binary_hamming_over_several_blocks_by_popcount() -> None:
     bits_q, bits_d = queries.bits().astype(int), docs.bits().astype(int)
     hamming = (bits_q[:, None, :] != bits_d[None, :, :]).sum(2)
     np.testing.assert_array_equal(queries.similarity(docs), 13 - 2 * hamming)
+
+
+ONNX_KINDS = ["dense", "binary", "int8", "sparse fixed-k", "binary_sparse"]
+
+
+@pytest.mark.parametrize("name", ONNX_KINDS)
+def test_onnx_outputs_read_back_as_the_same_codes(name: str) -> None:
+    """What an exported encoder emits for codes of a kind (``onnx_arrays``) reads back as those codes."""
+    codes = every_kind()[name]
+    outputs = codes.onnx_arrays(tuple(codes.to_arrays()))
+    back = codes.from_onnx_arrays(outputs)
+    assert type(back) is type(codes) and back.dim == codes.dim
+    np.testing.assert_array_equal(back.to_dense(), codes.to_dense())
+
+
+def test_packed_sparse_onnx_outputs_read_back_with_their_layout() -> None:
+    codes = adaptemb.PackedSparseCodes.from_sparse(np.array([[1, 3], [0, 2]]), np.array([[2.0, 1.0], [1.0, 4.0]],
+                                                                                     np.float32), 4, 16)
+    back = codes.from_onnx_arrays(codes.onnx_arrays(("packed",)))
+    np.testing.assert_array_equal(back.to_dense(), codes.to_dense())
+
+
+def test_the_forms_a_kind_declares_for_graphs_parity_and_stores() -> None:
+    """By hand: int8 dequantises in a graph and for parity's cosine; binary sparse bits are its active features;
+    binary rows are sign bits a store may keep; projected queries search a store in their own form."""
+    import torch
+
+    kinds = every_kind()
+    values = INT8.onnx_values()
+    assert values is not None and kinds["dense"].onnx_values() is not None and kinds["binary"].onnx_values() is None
+    got = values({"codes": torch.from_numpy(INT8.codes)}).numpy()
+    np.testing.assert_allclose(got, INT8.to_dense())
+    np.testing.assert_allclose(INT8.parity_vectors("codes", INT8.codes), INT8.to_dense())
+    np.testing.assert_array_equal(INT8.parity_vectors("other", INT8.codes), INT8.codes.astype(np.float64))
+    assert kinds["binary_sparse"].parity_set_bits and not kinds["binary"].parity_set_bits
+    assert kinds["binary"].vector_quantization == "sign_bits" and INT8.vector_quantization == "int8_scalar"
+    np.testing.assert_array_equal(kinds["binary"].sign_bits(), kinds["binary"].packed)
+    np.testing.assert_array_equal(adaptemb.codes.unpack_signs(kinds["binary"].sign_bits(), 3), [[1, -1, 1], [-1, -1, 1]])
+    with pytest.raises(adaptemb.UnsupportedExportError, match="not sign bits"):
+        INT8.sign_bits()
+    assert kinds["sparse fixed-k"].sparse_vectors and not kinds["dense"].sparse_vectors
+    assert kinds["dense"].store_query("Qdrant") is None
+    rows, offsets = kinds["projected"].store_query("Qdrant")
+    np.testing.assert_array_equal(rows.toarray(), [[1.0, 2.0], [3.0, 4.0]])
+    np.testing.assert_array_equal(offsets, [0.5, -0.5])

@@ -84,6 +84,7 @@ def agreement(ids: np.ndarray, expected: np.ndarray) -> float:
 # -- ONNX ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @needs_onnx
 @pytest.mark.parametrize(("method", "params"), [("svd+binary", {}), ("svd+binary", {"rotation": "hadamard"}),
                                                 ("svd+int8", {"rotation": "random"}),
@@ -113,6 +114,7 @@ def test_composition_head_exports_and_reproduces_encode(method: str, params: dic
             assert same.mean() >= 0.999, (name, same.mean())
 
 
+@pytest.mark.slow
 @needs_onnx
 def test_the_rotation_is_stored_in_the_graph(real: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The graph holds the rank's rotation matrix; without it the exported codes differ and nothing is written."""
@@ -209,6 +211,7 @@ def test_store_search_through_the_compressor_agrees_with_the_index(method: str, 
     np.testing.assert_allclose(scores, expected_scores, rtol=1e-4, atol=1e-4)  # adaptemb's scores, offsets added
 
 
+@pytest.mark.slow
 @needs_qdrant
 def test_compact_int8_in_qdrant_only_approximates_and_a_compressor_search_refuses_it(real: Any) -> None:
     """uint8 ``code + 128`` (compact=True): Qdrant's dot product of those is far from int8's ranking (measured at
@@ -225,6 +228,7 @@ def test_compact_int8_in_qdrant_only_approximates_and_a_compressor_search_refuse
             search_qdrant(client, "adaptemb", queries[:20], 10, compressor=comp)
 
 
+@pytest.mark.slow
 @needs_qdrant
 def test_a_method_the_store_cannot_score_is_refused(real: Any) -> None:
     """bsa's default scoring divides by each document's norm, which no database holds; RaBitQ codes have no
@@ -246,6 +250,7 @@ def test_a_method_the_store_cannot_score_is_refused(real: Any) -> None:
         search_qdrant(client, "adaptemb", queries[:5], 10)
 
 
+@pytest.mark.slow
 @needs_qdrant
 def test_cli_exports_composed_shards(real: Any, tmp_path: Path, folder: Path) -> None:
     """adaptemb encode (an svd+binary compressor) then export-codes: the shards' binary codes go into Qdrant and a

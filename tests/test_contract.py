@@ -1,13 +1,20 @@
 """The shared contract, run over every registered compressor (built-in or installed)."""
 
+import pytest
+
 import adaptemb
 from adaptemb.testing import CompressorContract
+
+SLOW_CONTRACTS = {"csr", "csr_symmetric", "csr_byte_heads"}
+"""Contracts whose fits take long (csr trains; its tests refit it): 33-70 s a class measured (-n 2, under load), the
+others at most 11 s; marked slow, so the full suite runs them and the fast loop (``-m "not slow"``) does not."""
 
 
 def _add_contract(suffix: str, method: str, **attributes: object) -> None:
     """The contract suite as the test class ``TestContract_{suffix}`` on ``method``, with ``attributes``."""
     name = f"TestContract_{suffix}"
-    globals()[name] = type(name, (CompressorContract,), {"method": method, **attributes})
+    marks = {"pytestmark": [pytest.mark.slow]} if suffix in SLOW_CONTRACTS else {}
+    globals()[name] = type(name, (CompressorContract,), {"method": method, **marks, **attributes})
 
 
 for _info in adaptemb.list_compressors():

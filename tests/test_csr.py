@@ -9,7 +9,7 @@ import torch
 import adaptemb
 from adaptemb import PackedSparseCodes, ProjectedQueries
 from adaptemb.testing import assert_same_codes
-from adaptemb_plugins.csr_values import VALUE_BITS_MARGIN
+from adaptemb_plugins.csr.values import MEASURED_BITS, VALUE_BITS_MARGIN
 
 SMALL = {"hidden": 64, "k": 4, "epochs": 3, "batch_size": 64, "k_aux": 16, "progress": False}
 
@@ -32,6 +32,7 @@ def fitted(data):
     return adaptemb.fit(data[0], "csr", **SMALL)
 
 
+@pytest.mark.slow
 def test_exactly_k_nonnegative_entries(fitted, data) -> None:
     codes = fitted.encode(data[0])
     assert isinstance(codes, PackedSparseCodes) and codes.k == 4
@@ -55,6 +56,7 @@ def test_any_k_after_fit(fitted, data) -> None:
         fitted.encode(data[0][:2], k=65)
 
 
+@pytest.mark.slow
 def test_explicit_value_bits_override_the_choice(data) -> None:
     compressor = adaptemb.fit(data[0], "csr", value_bits=2, **{**SMALL, "epochs": 1})
     codes = compressor.encode(data[0][:20], k=8)
@@ -81,7 +83,7 @@ def test_files_written_before_packed_codes_load_with_float16_values() -> None:
 
 def test_bytes_choose_k_and_value_bits_from_the_measured_table(fitted, data) -> None:
     table = fitted.fit_report["extra"]["value_choices"]
-    assert {row["value_bits"] for row in table} == {1, 2, 3, 4, 8, 16}
+    assert {row["value_bits"] for row in table} == set(MEASURED_BITS) == {1, 2, 3, 4}  # 8 and 16 never won
     assert all(0.0 <= row["recall@10"] <= 1.0 for row in table)
     for nbytes in (3, 5, 8, 16, 40):
         codes = fitted.encode(data[0][:50], bytes=nbytes)
@@ -112,6 +114,7 @@ def _contrastive_drop(compressor) -> tuple[float, float]:
     return extra["losses_before"]["contrastive"], extra["losses_after"]["contrastive"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["views", "pairs", "labels"])
 def test_supervision_lowers_contrastive_loss(data, kind: str) -> None:
     x, labels = data
@@ -132,6 +135,7 @@ def test_supervision_lowers_contrastive_loss(data, kind: str) -> None:
         assert supervised["held_out_mrr_after"] >= supervised["held_out_mrr_before"]
 
 
+@pytest.mark.slow
 def test_compress_passes_supervision(data) -> None:
     x, labels = data
     small = {key: v for key, v in SMALL.items() if key != "k"}
@@ -167,6 +171,7 @@ def test_asymmetric_score_is_query_dot_reconstruction(data, normalize: str, deco
     np.testing.assert_allclose(compressor.score(query_codes, docs), expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("normalize", ["l2", "standardize"])
 def test_encoder_queries_score_their_pre_activations(data, normalize: str) -> None:
     """The default asymmetric query: its encoder pre-activations W_enc (n(q) - b_pre) + b_enc against the dequantised
@@ -185,6 +190,7 @@ def test_encoder_queries_score_their_pre_activations(data, normalize: str) -> No
     np.testing.assert_allclose(scores, pre @ docs.to_dense().T, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_symmetric_scoring_is_sparse_dot(data) -> None:
     compressor = adaptemb.fit(data[0], "csr", scoring="symmetric", **{**SMALL, "epochs": 1})
     q, d = compressor.encode_queries(data[0][:4]), compressor.encode(data[0][:30])
@@ -238,7 +244,7 @@ def test_quality_floor_on_real_embeddings() -> None:
 
 
 def test_codebooks_are_per_feature_k_means() -> None:
-    from adaptemb_plugins.csr_values import fit_codebook
+    from adaptemb_plugins.csr.values import fit_codebook
 
     values = np.array([1.0, 1.2, 0.8, 5.0, 5.5, 4.5, 2.0, 3.0, 0.0], np.float32)  # feature 0: two clusters
     features = np.array([0, 0, 0, 0, 0, 0, 1, 1, 2])  # feature 1: too rare for 4 levels; 2: only a zero
@@ -254,7 +260,7 @@ def test_budgets_fix_each_k_s_value_bits_smallest_first() -> None:
     """Budgets, smallest first, each take the most latents within the margin of the best recall among the codes
     that fit and whose k is free or holds that width, and fix their k's width; a k no budget picks keeps the fewest
     bits within the tolerance of its best."""
-    from adaptemb_plugins.csr_values import ValueTables, pick
+    from adaptemb_plugins.csr.values import ValueTables, pick
 
     # rows (k, value bits, bytes, recall) over h = 1536, bytes as packed (row_bytes)
     rows = [[2, 1, 3, 0.50], [2, 2, 4, 0.53], [2, 4, 4, 0.535],  # 3 B fixes k=2 at 1 bit: 4 B cannot take 2-4 bits
@@ -290,7 +296,7 @@ def test_info_shows_the_choice_table(fitted, tmp_path) -> None:
 
 
 def test_k_anneals_linearly_to_its_target_then_holds() -> None:
-    from adaptemb_plugins.csr_objective import LossSettings
+    from adaptemb_plugins.csr.objective import LossSettings
 
     settings = LossSettings(k=4, multi_k_factor=4, multi_k_coef=0.125, k_aux=16, aux_coef=0.03, dead_steps=50,
                             cl_coef=1.0, temperature=0.2, view_dropout=0.0, k_start=64, anneal_steps=100)
@@ -299,6 +305,7 @@ def test_k_anneals_linearly_to_its_target_then_holds() -> None:
     assert {still.k_at(step) for step in (0, 50, 100)} == {4}
 
 
+@pytest.mark.slow
 def test_heads_fitted_for_byte_budgets(data, tmp_path) -> None:
     x = _clustered(n=3000, d=32, classes=16)[0]
     params = {**SMALL, "hidden": 128, "k": 24, "epochs": 2, "head_epochs": 2}
@@ -322,12 +329,13 @@ def test_heads_fitted_for_byte_budgets(data, tmp_path) -> None:
 
 def test_a_head_serves_the_k_up_to_its_own() -> None:
     """k goes to the head trained for the smallest k at or above it, the main fit (the largest) above them all."""
-    from adaptemb_plugins.csr_heads import Head, serving
+    from adaptemb_plugins.csr.heads import Head, serving
 
     heads = [Head(k, nbytes, None, None) for k, nbytes in ((32, 0), (5, 8), (7, 10))]  # type: ignore[arg-type]
     assert [serving(heads, k).k for k in (1, 5, 6, 7, 8, 13, 32, 100)] == [5, 5, 7, 7, 32, 32, 32, 32]
 
 
+@pytest.mark.slow
 def test_supervised_fine_tune_stops_after_its_patience(data) -> None:
     """The pairs' fine-tune runs until ``supervised_patience`` epochs in a row measure no better held-out MRR (or its
     epochs end), for the main fit and every head alike."""
@@ -351,6 +359,7 @@ def test_fit_for_bytes_needs_a_method_that_does() -> None:
         adaptemb.fit(x, "csr", bytes=[0], **SMALL)
 
 
+@pytest.mark.slow
 def test_pairs_learn_a_query_map_that_is_saved(data, tmp_path) -> None:
     x, _ = data
     rng = np.random.default_rng(3)
@@ -366,3 +375,22 @@ def test_pairs_learn_a_query_map_that_is_saved(data, tmp_path) -> None:
     found = compressor.index(docs).search(queries, 1)[1][:, 0]
     found_without = without.index(without.encode(x)).search(queries, 1)[1][:, 0]
     assert (found == np.arange(200)).mean() >= (found_without == np.arange(200)).mean()
+
+
+def test_pairs_that_do_not_help_are_declined_and_the_fit_is_the_one_without_them(data) -> None:
+    """Pairs whose queries are noise, unrelated to their documents: the confirming share finds no gain, the fit
+    report says the pairs were declined, and the codes are those of the fit without pairs."""
+    from adaptemb_plugins.csr.supervision import CONFIRM_MIN_GAIN
+
+    x, _ = data
+    rng = np.random.default_rng(5)
+    noise = rng.normal(size=(200, x.shape[1])).astype(np.float32)
+    params = {**SMALL, "epochs": 2, "supervised_epochs": 3}
+    compressor = adaptemb.fit(x, "csr", pairs=(noise, x[rng.permutation(len(x))[:200]]), **params)
+    supervised = compressor.fit_report["extra"]["supervised"]
+    assert supervised["kept"] is False and supervised["decision"].startswith("declined")
+    assert supervised["confirm_queries"] == 40 and supervised["confirm_gain_interval"][0] <= CONFIRM_MIN_GAIN
+    without = adaptemb.fit(x, "csr", **params)
+    assert_same_codes(compressor.encode(x), without.encode(x))
+    assert_same_codes(compressor.encode(x, k=4), without.encode(x, k=4))
+    np.testing.assert_array_equal(compressor.encode_queries(x[:20]).values, without.encode_queries(x[:20]).values)

@@ -80,3 +80,16 @@ def test_validation_messages() -> None:
         adaptemb.as_matrix(X.astype(np.int32))
     with pytest.raises(TypeError, match="got torch.int64"):
         adaptemb.as_matrix(torch.ones(2, 2, dtype=torch.int64))
+
+
+def test_finite_values_whose_sum_overflows_are_accepted() -> None:
+    """The fast finiteness check sums the rows; a sum past float32's range of finite values is no error."""
+    big = np.full((4, 3), 3e38, dtype=np.float32)
+    assert torch.equal(adaptemb.as_matrix(big), torch.from_numpy(big))
+    big[1, 2], big[3, 0] = -np.inf, np.inf  # infinities that cancel in no sum: still found, with their rows
+    with pytest.raises(ValueError, match="NaN or infinite values in 2 of 4 rows \\(first at row 1\\)"):
+        adaptemb.as_matrix(big)
+    nan = X.copy()
+    nan[3, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN or infinite values in 1 of 4 rows \\(first at row 3\\)"):
+        adaptemb.as_matrix(nan)

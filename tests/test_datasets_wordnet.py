@@ -65,6 +65,7 @@ def test_parse_line_by_hand() -> None:
         parse_data_line("  1 This software and database is being provided")
 
 
+@pytest.mark.slow
 @needs_wordnet
 def test_whole_wordnet_counts(synsets: list[Synset]) -> None:
     assert len(synsets) == 117_659  # WordNet 3.0

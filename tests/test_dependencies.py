@@ -20,7 +20,7 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 ROOT = Path(__file__).parent.parent
 FIRST_PARTY = {"adaptemb", "adaptemb_plugins"}
-SOURCES = [*sorted((ROOT / "adaptemb").rglob("*.py")), *sorted((ROOT / "plugins").glob("*.py"))]
+SOURCES = [*sorted((ROOT / "adaptemb").rglob("*.py")), *sorted((ROOT / "plugins").rglob("*.py"))]
 # What the command line and the registry import at start-up, with no extra installed.
 STARTUP = "import adaptemb, adaptemb.cli; adaptemb.list_compressors(); import sys, json; print(json.dumps(sorted(sys.modules)))"
 
@@ -106,6 +106,7 @@ def _imports_of(node: ast.Import | ast.ImportFrom) -> set[str]:
     return {node.module.split(".")[0]} if node.level == 0 and node.module else set()
 
 
+@pytest.mark.slow
 def test_what_starts_without_extras_comes_from_runtime_dependencies() -> None:
     """The modules of ``adaptemb``, its CLI and every registered plugin that load at start-up import only runtime
     dependencies, declared directly, when they load: ``click`` imported by the CLI while typer no longer required
@@ -131,6 +132,7 @@ def _source_of(module: str) -> Path | None:
     return None
 
 
+@pytest.mark.slow
 def test_every_third_party_import_is_declared() -> None:
     """Any other import (an encoder, ONNX, a vector database, Ray) belongs to a runtime dependency or an extra."""
     project = _project()

@@ -1,7 +1,12 @@
 """Docs completeness: the plugin guide shows the tested example, every hook and method is documented."""
 
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
+
+import pytest
 
 import adaptemb
 from adaptemb import registry
@@ -43,3 +48,30 @@ def test_readme_has_the_two_commands_and_ci_runs_the_second() -> None:
     test_command = commands[1].strip()
     assert "pytest" in test_command
     assert test_command in (ROOT / ".ci" / "run").read_text()
+
+
+NEW_KIND_CHECKS = textwrap.dedent("""
+    import pathlib, tempfile, types
+    import adaptemb
+
+    docs = NibbleCodes.quantize(np.random.default_rng(0).standard_normal((40, 8)).astype(np.float32),
+                                np.full(8, 0.5, np.float32))
+    assert adaptemb.Codes.for_kind("nibble") is NibbleCodes and docs.bytes_per_vector == 4.0 and docs.nbytes == 192
+    adaptemb.register_plugin(types.SimpleNamespace(register_index_backends=register_index_backends), name="nibble")
+    scores, ids = adaptemb.build_index(docs).search(docs[:5], 3)
+    assert (ids == np.argsort(-docs[:5].similarity(docs), axis=1, kind="stable")[:, :3]).all()
+    with tempfile.TemporaryDirectory() as folder:
+        back = adaptemb.load_codes(adaptemb.save_codes(docs, pathlib.Path(folder) / "codes.npz"))
+    assert np.array_equal(back.to_dense(), docs.to_dense()) and set(docs.row_columns()) == {"packed"}
+    print("nibble ok")
+""")
+
+
+@pytest.mark.slow
+def test_the_new_code_kind_of_the_plugin_guide_works() -> None:
+    """The guide's example kind and its backend: registered, searched, saved and loaded. In a fresh process: a
+    kind registers for the whole process, and this one is no kind of adaptemb's."""
+    guide = (ROOT / "docs" / "plugins.md").read_text()
+    (block,) = [code for code in _code_blocks(guide, "python") if 'kind = "nibble"' in code]
+    done = subprocess.run([sys.executable, "-c", block + NEW_KIND_CHECKS], check=False, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "nibble ok", done.stderr

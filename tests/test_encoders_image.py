@@ -23,6 +23,7 @@ def _check_batching(encoder) -> np.ndarray:
     return whole
 
 
+@pytest.mark.slow
 def test_timm_random_model() -> None:
     pytest.importorskip("timm")
     encoder = load_image_encoder("timm:test_resnet", pretrained=False, device="cpu")
@@ -70,6 +71,7 @@ def test_efficientnet_lite0_imagenet_weights() -> None:
         encoder.encode(np.zeros((0, 28, 28), np.uint8))
 
 
+@pytest.mark.slow
 def test_timm_model_from_a_local_folder_and_weights_file(tmp_path: Path) -> None:
     pytest.importorskip("timm")
     from timm.models import save_for_hf

@@ -27,6 +27,7 @@ def minilm():
     return load_text_encoder(device="cpu")
 
 
+@pytest.mark.slow
 def test_minilm_shapes_norms_and_meaning(minilm) -> None:
     emb = minilm.encode(SENTENCES, batch_size=2, progress=False)
     assert emb.shape == (5, 384) and emb.dtype == np.float32 and minilm.dim == 384
@@ -36,6 +37,7 @@ def test_minilm_shapes_norms_and_meaning(minilm) -> None:
     assert sim[2, 3] > sim[2, 0] + 0.3 and sim[2, 3] > sim[2, 4] + 0.3
 
 
+@pytest.mark.slow
 def test_batches_and_order_do_not_change_the_result(minilm) -> None:
     whole = minilm.encode(SENTENCES, batch_size=64, progress=False)
     one_by_one = minilm.encode(SENTENCES, batch_size=1, progress=False)

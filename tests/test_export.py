@@ -12,6 +12,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 
+@pytest.mark.slow
 def test_a_wrong_encoder_fails_parity_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     x = np.random.default_rng(0).standard_normal((40, 8)).astype(np.float32)
     comp = adaptemb.fit(x, "svd")
@@ -30,6 +31,7 @@ def test_a_wrong_encoder_fails_parity_and_writes_nothing(tmp_path: Path, monkeyp
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_export_creates_missing_folders(tmp_path: Path) -> None:
     x = np.random.default_rng(0).standard_normal((40, 8)).astype(np.float32)
     target = tmp_path / "new" / "deeper" / "svd.onnx"

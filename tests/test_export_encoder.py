@@ -97,6 +97,7 @@ def _assert_matches(got: dict[str, np.ndarray], codes: Codes, head_outputs: tupl
     assert parity.passed, parity
 
 
+@pytest.mark.slow
 def test_text_export_sparse_codes_from_token_ids(tiny_bert: Path, tmp_path: Path) -> None:
     encoder = load_text_encoder(tiny_bert, device="cpu")
     comp = _fit("csr", 32)
@@ -122,6 +123,7 @@ def test_text_export_sparse_codes_from_token_ids(tiny_bert: Path, tmp_path: Path
         _assert_matches(got, codes, ("packed",))
 
 
+@pytest.mark.slow
 def test_text_export_dense_codes_and_the_embedding(tiny_bert: Path, tmp_path: Path) -> None:
     encoder = load_text_encoder(tiny_bert, device="cpu")
     comp = _fit("svd", 32)
@@ -135,6 +137,7 @@ def test_text_export_dense_codes_and_the_embedding(tiny_bert: Path, tmp_path: Pa
     np.testing.assert_allclose(got["codes"], comp.encode(embedded, k=8).to_dense(), atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("method", "names", "count"), [
     ("binary", {"bits": "tensor(uint8)"}, 5),
     ("int8", {"codes": "tensor(int8)"}, 1),  # a one-image sample still gives a batch-dynamic graph
@@ -161,6 +164,7 @@ def test_image_export_from_pixels(method: str, names: dict[str, str], count: int
     assert not list(tmp_path.glob("tokenizer*"))
 
 
+@pytest.mark.slow
 def test_bsa_fixed_mode_exports_packed_bits(tiny_bert: Path, tmp_path: Path) -> None:
     encoder = load_text_encoder(tiny_bert, device="cpu")
     comp = _fit("bsa", 32)  # h = 64
@@ -211,6 +215,7 @@ def test_clear_errors_and_nothing_written(tiny_bert: Path, tmp_path: Path) -> No
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_cli_export_encoder(tiny_bert: Path, tmp_path: Path) -> None:
     from adaptemb.cli import app
 
@@ -227,6 +232,7 @@ def test_cli_export_encoder(tiny_bert: Path, tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "error:" in bad.output and "does not exist" in bad.output
 
 
+@pytest.mark.slow
 def test_quantised_export_reports_the_graph_it_wrote(tiny_bert: Path, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """quantize="dynamic": parity is measured on the int8 graph written (into folders made for it) and held to

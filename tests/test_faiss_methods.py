@@ -50,6 +50,7 @@ def _same_top(ours: tuple[np.ndarray, np.ndarray], theirs: tuple[np.ndarray, np.
     assert differ.mean() < 0.01
 
 
+@pytest.mark.slow
 def test_pq_is_faiss_index_pq(real: tuple[np.ndarray, np.ndarray]) -> None:
     docs, queries = real
     model, ours = _ours("pq", docs, queries, k=8)
@@ -106,6 +107,7 @@ def test_rabitq_query_bits_and_rotation_match_faiss(real: tuple[np.ndarray, np.n
     _same_top(ours, index.search(queries, 10, params=params), tol=1e-3)
 
 
+@pytest.mark.slow
 def test_opq_trains_faiss_opq(real: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
     docs, queries = real
     model = adaptemb.fit(docs[:600], "opq", k=8, opq_iterations=3, train_iterations=5)
@@ -121,6 +123,7 @@ def test_opq_trains_faiss_opq(real: tuple[np.ndarray, np.ndarray], tmp_path: Pat
     np.testing.assert_array_equal(loaded.encode(docs).codes, codes.codes)
 
 
+@pytest.mark.slow
 def test_opq_rotation_trains_on_a_sample_and_the_codebooks_on_every_row(real: tuple[np.ndarray, np.ndarray]) -> None:
     """The rotation trains on a seeded sample of ``opq_rows_per_centroid`` rows per centroid or per dimension,
     whichever allows more; the final codebooks on every row with ``train_iterations`` (faiss' OPQ loop used to leave
@@ -144,6 +147,7 @@ def test_opq_rotation_trains_on_a_sample_and_the_codebooks_on_every_row(real: tu
     np.testing.assert_array_equal(again.encode(docs).codes, five.encode(docs).codes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("method", "params"), [("pq", {"k": 16}), ("sq", {"k": 4}), ("rabitq", {"k": 3, "rotation": True})])
 def test_save_load_rebuilds_faiss_with_identical_codes(real: tuple[np.ndarray, np.ndarray], tmp_path: Path,
                                                        method: str, params: dict[str, object]) -> None:

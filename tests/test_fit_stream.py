@@ -109,6 +109,7 @@ def test_a_sample_fit_says_so(rows: np.ndarray, files: dict[str, Path]) -> None:
 # -- methods that train on every row -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("method", "params"), [
     ("csr", {"hidden": 64, "k": 4, "epochs": 3, "batch_size": 64, "k_aux": 16}),
     ("bsa", {"h": 64, "k": 8, "epochs": 3, "batch_size": 64}),
@@ -128,6 +129,7 @@ def test_learned_methods_train_through_the_stream(method: str, params: dict, tmp
     assert (labels[scores.argmax(axis=1)] == labels).mean() >= 0.9
 
 
+@pytest.mark.slow
 def test_csr_mixes_pairs_into_stream_batches(tmp_path: Path) -> None:
     x, labels = clustered_embeddings(n=800, dim=32, clusters=8)
     np.save(tmp_path / "x.npy", x)
@@ -138,6 +140,7 @@ def test_csr_mixes_pairs_into_stream_batches(tmp_path: Path) -> None:
     assert compressor.fit_report["steps"] >= 2 * 800 // 64  # the pairs ride along in the stream's batches
 
 
+@pytest.mark.slow
 def test_stream_fit_matches_in_memory_quality_on_real_embeddings(tmp_path: Path) -> None:
     """The mrl adapter trained through a windowed stream (chunks of 500 rows, a 1,000-row shuffle buffer) ranks
     as well as the in-memory fit on the shipped WordNet data (measured 0.0900 vs 0.0898 NDCG@10 at k=32)."""

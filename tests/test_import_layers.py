@@ -1,12 +1,19 @@
-"""The import layering of the package: no circle anywhere in ``adaptemb/``, and plugins use the public API only.
+"""The import layering of the package: arrows only go down, and plugins and benchmarks use the public API only.
+
+A *room* is a subpackage of ``adaptemb/`` (``adaptemb.codes``), a top-level module of it (``adaptemb.api``), the
+package's own ``__init__`` (the public API, room ``adaptemb``), ``plugins/`` (``adaptemb_plugins``) or
+``benchmarks/``. No two rooms import each other, directly or around a loop, and every room imports only rooms of
+its own layer or below (``LAYERS``, the drawing of ``shared/design/ARCHITECTURE.md``). No two modules do either.
 
 Every ``import`` statement counts, at module level, inside functions and under ``TYPE_CHECKING`` alike:
-an import placed in a function to dodge a circle is still a circle.
+an import placed in a function to dodge a circle is still a circle. The one thing loaded by name is what plugins
+are: entry points, and the core's own plugins (``BUILTIN_PLUGINS``), which nothing imports.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,21 +29,25 @@ def _modules(package: Path, name: str) -> dict[str, Path]:
     return found
 
 
+@functools.cache
+def _imports(source: str) -> tuple[ast.Import | ast.ImportFrom, ...]:
+    """Every import statement of a file's source (each source parsed once per test session)."""
+    return tuple(node for node in ast.walk(ast.parse(source)) if isinstance(node, (ast.Import, ast.ImportFrom)))
+
+
 def _imported(module: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The known modules that ``module`` imports (a name imported from a package counts as that submodule
     when it is one, else as the package)."""
     targets: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _imports(path.read_text()):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
+        else:
             base = node.module or ""
             if node.level:
                 package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
                 base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
             names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
-        else:
-            continue
         for name in names:
             while name and name not in known:
                 name = name.rpartition(".")[0]
@@ -92,35 +103,106 @@ def test_the_cycle_finder_finds_circles() -> None:
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_layers_point_one_way() -> None:
-    """codes -> compressor -> registry -> serialization -> onnx -> api -> cli, from the bottom up."""
-    modules = _modules(ROOT / "adaptemb", "adaptemb")
-    below = {
-        "adaptemb.codes": {"adaptemb.compressor", "adaptemb.registry", "adaptemb.api", "adaptemb.cli"},
-        "adaptemb.serialization": {"adaptemb.compressor", "adaptemb.registry", "adaptemb.api"},
-        "adaptemb.registry": {"adaptemb.compressor", "adaptemb.api", "adaptemb.method"},
-        "adaptemb.compressor": {"adaptemb.api", "adaptemb.cli"},
-    }
-    for module, forbidden in below.items():
-        assert not _imported(module, modules[module], modules) & forbidden, module
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(rooms.split())) for name, rooms in (
+    ("foundations", "errors _version validation linalg ranking devices threads progress capabilities losses"),
+    ("forms: code kinds, input kinds, file readers, configs, budgets, backbones", "io codes inputs config budgets encoders"),
+    ("storage, rows and training", "serialization data rows batches fitting train"),
+    ("the parts of a compressor and what sits beside them", "compressor index onnx vectordb datasets"),
+    ("the registry", "registry"),
+    ("search over a compressor's codes", "indexing"),
+    ("the public Compressor", "method"),
+    ("compositions", "compose"),
+    ("the one-call api", "api"),
+    ("pipelines over fitted compressors", "streaming encoder_export"),
+    ("the public API", "adaptemb"),
+    ("the contract suite and the bench", "testing pytest_plugin evaluate"),
+    ("the command line", "cli __main__"),
+    ("the built-in plugins", "adaptemb_plugins"),
+    ("benchmarks", "benchmarks"),
+))
+"""The rooms from the bottom up: a room imports rooms of its own layer or below, never above."""
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "adaptemb" and len(parts) > 1 else parts[0]
+
+
+def _rooms() -> tuple[dict[str, Path], dict[str, set[str]]]:
+    """Every module of the core, the plugins and the benchmarks, and the room graph of their imports."""
+    modules, graph = _graph((ROOT / "adaptemb", "adaptemb"), (ROOT / "plugins", "adaptemb_plugins"),
+                            (ROOT / "benchmarks", "benchmarks"))
+    rooms: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        rooms.setdefault(_room(module), set()).update(_room(target) for target in targets)
+    return modules, {room: targets - {room} for room, targets in rooms.items()}
+
+
+def test_no_two_rooms_import_each_other() -> None:
+    """Rooms, not only modules: no two import each other, directly or around a loop."""
+    _, rooms = _rooms()
+    assert {"api", "compose", "method", "onnx", "index", "registry", "adaptemb_plugins", "benchmarks"} <= set(rooms)
+    assert _cycles(rooms) == []
+
+
+def test_every_room_sits_in_one_layer_and_imports_only_down() -> None:
+    _, rooms = _rooms()
+    layer = {room: level for level, (_, members) in enumerate(LAYERS) for room in members}
+    assert set(rooms) <= set(layer), f"rooms without a layer: {sorted(set(rooms) - set(layer))}"
+    assert sum(len(members) for _, members in LAYERS) == len(layer), "a room stands in two layers"
+    upward = sorted(f"{room} ({LAYERS[layer[room]][0]}) -> {target} ({LAYERS[layer[target]][0]})"
+                    for room, targets in rooms.items() for target in targets if layer[target] > layer[room])
+    assert not upward, upward
+
+
+def test_the_room_checks_see_a_loop_through_a_function_level_import(tmp_path: Path) -> None:
+    """An import inside a function from a lower room back up (``index`` -> ``registry``) makes a loop."""
+    (tmp_path / "adaptemb" / "index").mkdir(parents=True)
+    (tmp_path / "adaptemb" / "__init__.py").write_text("")
+    (tmp_path / "adaptemb" / "index" / "__init__.py").write_text("def f():\n    from adaptemb.registry import x\n")
+    (tmp_path / "adaptemb" / "registry.py").write_text("from adaptemb.index import f\n")
+    _, graph = _graph((tmp_path / "adaptemb", "adaptemb"))
+    rooms: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        rooms.setdefault(_room(module), set()).update(_room(target) for target in targets if _room(target) != _room(module))
+    assert _cycles(rooms) == [["index", "registry"]]
+
+
+def test_the_core_plugins_are_loaded_by_name_and_imported_by_nothing() -> None:
+    """``BUILTIN_PLUGINS`` (the composer of ``"a+b"``) sit above the registry that loads them by name, as entry
+    points do: each registers through the registry's hook, and no module imports one (so none is reached
+    through an import, and no import order decides whether it is there)."""
+    from adaptemb.registry.manager import BUILTIN_PLUGINS
+
+    modules, graph = _graph((ROOT / "adaptemb", "adaptemb"), (ROOT / "plugins", "adaptemb_plugins"),
+                            (ROOT / "benchmarks", "benchmarks"))
+    assert "adaptemb.compose.plugin" in BUILTIN_PLUGINS.values()
+    for module in BUILTIN_PLUGINS.values():
+        assert module in modules and any(_room(target) == "registry" for target in graph[module]), module
+        importers = sorted(name for name, targets in graph.items() if module in targets)
+        assert not importers, f"{module} is imported by {importers}"
 
 
 def _package(modules: dict[str, Path], name: str) -> set[str]:
     return {module for module in modules if module == name or module.startswith(f"{name}.")}
 
 
-def test_onnx_is_one_package_above_the_core() -> None:
-    """ONNX export lives in ``adaptemb.onnx`` alone. The core ``compressor`` imports none of it (the public
-    ``Compressor`` mixes ``adaptemb.onnx.head.OnnxExport`` in), and the head mixin imports nothing that builds
-    that class (compressor, registry, api) nor the rest of the export (backbones, encoder)."""
+def test_onnx_is_one_package_below_the_compressor() -> None:
+    """ONNX export lives in ``adaptemb.onnx``, below the public ``Compressor`` (which mixes
+    ``adaptemb.onnx.head.OnnxExport`` in): nothing there imports a compressor, the registry or the api. The core
+    ``compressor`` imports none of it, and the head mixin imports no backbone. A backbone composed with a fitted
+    compressor (``export_encoder``) is ``adaptemb.encoder_export``, above the api."""
     modules = _modules(ROOT / "adaptemb", "adaptemb")
     onnx = _package(modules, "adaptemb.onnx")
-    assert {"adaptemb.onnx.head", "adaptemb.onnx.encoder", "adaptemb.onnx.parity", "adaptemb.onnx.sessions"} <= onnx
+    assert {"adaptemb.onnx.head", "adaptemb.onnx.parity", "adaptemb.onnx.sessions"} <= onnx
     assert "adaptemb.export" not in modules and "adaptemb.encoders.onnx" not in modules
+    assert "adaptemb.onnx.encoder" not in modules and "adaptemb.encoder_export" in modules
     assert not _imported("adaptemb.compressor", modules["adaptemb.compressor"], modules) & onnx
+    above = _within(modules, "adaptemb.compressor", "adaptemb.method", "adaptemb.registry", "adaptemb.api")
+    for module in onnx:
+        assert not _imported(module, modules[module], modules) & above, module
     head = _imported("adaptemb.onnx.head", modules["adaptemb.onnx.head"], modules)
-    assert not head & {"adaptemb.compressor", "adaptemb.registry", "adaptemb.api", "adaptemb.onnx",
-                       "adaptemb.onnx.encoder", "adaptemb.onnx.backbones"}
+    assert not head & {"adaptemb.onnx", "adaptemb.onnx.backbones"}
 
 
 def test_encoders_sit_below_datasets() -> None:
@@ -147,7 +229,7 @@ def test_file_readers_sit_at_the_bottom() -> None:
 
 def test_plugins_import_only_the_public_api() -> None:
     """A plugin writes ``from adaptemb import X``, never ``from adaptemb.<module> import X``."""
-    for path in (ROOT / "plugins").glob("*.py"):
+    for path in (ROOT / "plugins").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
@@ -170,8 +252,8 @@ def test_the_core_compressor_sits_below_what_it_is_composed_with() -> None:
     for module in ("adaptemb.compressor", "adaptemb.fitting", "adaptemb.budgets", "adaptemb.config"):
         assert not _imported(module, modules[module], modules) & above, module
     composed = _imported("adaptemb.method", modules["adaptemb.method"], modules)
-    assert {"adaptemb.compressor", "adaptemb.index.bound", "adaptemb.serialization", "adaptemb.onnx.head"} <= composed
-    for mixin in ("adaptemb.index.bound", "adaptemb.serialization", "adaptemb.onnx.head"):
+    assert {"adaptemb.compressor", "adaptemb.indexing", "adaptemb.serialization", "adaptemb.onnx.head"} <= composed
+    for mixin in ("adaptemb.indexing", "adaptemb.serialization", "adaptemb.onnx.head"):
         assert not _imported(mixin, modules[mixin], modules) & {"adaptemb.compressor", "adaptemb.method"}, mixin
 
 
@@ -225,6 +307,40 @@ def test_benchmarks_use_no_command_line_module() -> None:
     assert "benchmarks.cllr_bar" in benchmarks and "adaptemb.config" in _reached(graph, "benchmarks.cllr_bar")
     for benchmark in benchmarks:
         assert not _reached(graph, benchmark) & cli, benchmark
+
+
+BENCHMARKS_KEEP_OUT = ("adaptemb_plugins", "adaptemb.compose", "adaptemb.onnx", "adaptemb.index", "adaptemb.codes",
+                      "adaptemb.vectordb", "adaptemb.io")
+"""What a benchmark never imports: a plugin, or a module of these core packages (it uses what ``adaptemb``
+exports, as a user would)."""
+
+
+def _private_imports(graph: dict[str, set[str]], module: str) -> list[str]:
+    return sorted(target for target in graph[module]
+                  if any(target == name or target.startswith(f"{name}.") for name in BENCHMARKS_KEEP_OUT))
+
+
+def test_benchmarks_use_the_public_api() -> None:
+    """No benchmark imports ``adaptemb_plugins`` or a module inside ``compose/``, ``onnx/``, ``index/``, ``codes/``,
+    ``vectordb/`` or ``io/`` (at module level or in a function): what it needs of them ``adaptemb`` exports."""
+    modules, graph = _graph((ROOT / "adaptemb", "adaptemb"), (ROOT / "plugins", "adaptemb_plugins"),
+                            (ROOT / "benchmarks", "benchmarks"))
+    benchmarks = _package(modules, "benchmarks")
+    assert {"benchmarks.onnx_encoder_speed", "benchmarks.tq_parity", "benchmarks.rotation_choice"} <= benchmarks
+    found = {benchmark: _private_imports(graph, benchmark) for benchmark in benchmarks}
+    assert not {name: targets for name, targets in found.items() if targets}
+
+
+def test_the_benchmark_check_sees_private_imports(tmp_path: Path) -> None:
+    lines = ("from adaptemb.compose.rotation import fit_rotation", "from adaptemb import codes",
+             "import adaptemb_plugins.tq", "def f():\n    from adaptemb.index.sparse import torch_csr")
+    for line in lines:
+        (tmp_path / "script.py").write_text(f"{line}\n")
+        _, graph = _graph((ROOT / "adaptemb", "adaptemb"), (ROOT / "plugins", "adaptemb_plugins"), (tmp_path, "scripts"))
+        assert _private_imports(graph, "scripts.script"), line
+    (tmp_path / "script.py").write_text("from adaptemb import Rotation, compare_codes\nfrom adaptemb.datasets import Dataset\n")
+    _, graph = _graph((ROOT / "adaptemb", "adaptemb"), (tmp_path, "scripts"))
+    assert _private_imports(graph, "scripts.script") == []
 
 
 def test_the_layer_checks_see_an_import_of_the_command_line(tmp_path: Path) -> None:

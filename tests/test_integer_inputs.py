@@ -103,6 +103,7 @@ def test_int8_passthrough_quantises_float_queries_like_sentence_transformers(rea
     assert (got != want).mean() < 5e-4
 
 
+@pytest.mark.slow
 def test_int8_passthrough_searches_the_dequantised_vectors(real: Quantised) -> None:
     comp = adaptemb.fit(real.corpus, "int8", **real.int8)
     docs = comp.encode(real.corpus, **real.int8)
@@ -144,6 +145,7 @@ QUALITY = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("method", "params", "margin"), QUALITY)
 def test_dequantised_int8_keeps_the_quality_of_float(real: Quantised, method: str, params: dict[str, Any],
                                                       margin: float) -> None:
@@ -172,6 +174,7 @@ def test_int8_for_other_methods_is_offset_plus_scale_times_value(real: Quantised
 ASYMMETRIC = ["csr", "bsa", "pq", "cllr"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ASYMMETRIC)
 def test_overridden_encoders_read_integer_input(method: str) -> None:
     x, _ = clustered_embeddings(n=400, dim=32, seed=3)
@@ -190,6 +193,7 @@ def test_overridden_encoders_read_integer_input(method: str) -> None:
     assert np.array_equal(ids, ref.search(floats[:5], ref.encode(floats), 3)[1])
 
 
+@pytest.mark.slow
 def test_pairs_are_read_with_the_same_input_kind() -> None:
     x, _ = clustered_embeddings(n=300, dim=32, seed=4)
     values = np.clip(np.round(x * 40), -128, 127).astype(np.int8)
@@ -203,6 +207,7 @@ def test_pairs_are_read_with_the_same_input_kind() -> None:
 # -- ubinary: binary (threshold="zero") keeps the bits, every other method gets ±1 -------------------------------
 
 
+@pytest.mark.slow
 def test_binary_passthrough_keeps_the_bits_and_searches_like_binary_on_floats(real: Quantised) -> None:
     data, bits, query_bits = real.data, real.corpus_bits, real.query_bits
     comp = adaptemb.fit(bits, "binary", threshold="zero", input_kind="ubinary")

@@ -186,6 +186,7 @@ def bf16_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["svd", "csr"])
 def test_a_bfloat16_file_streams_to_the_in_memory_codes(method: str, bf16_file: Path, tmp_path: Path) -> None:
     rows = adaptemb.load_embeddings(bf16_file)

@@ -22,15 +22,18 @@ def test_every_package_directory_is_declared() -> None:
         ".".join(path.parent.relative_to(ROOT).parts)
         for path in (ROOT / "adaptemb").rglob("__init__.py")
     }
-    found.add("adaptemb_plugins")
+    found |= {
+        ".".join(("adaptemb_plugins", *path.parent.relative_to(ROOT / "plugins").parts))
+        for path in (ROOT / "plugins").rglob("__init__.py")
+    }
     assert found == _declared_packages()
 
 
 def test_builtin_plugins_are_entry_points_of_modules_that_exist() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     for name, target in config["project"]["entry-points"]["adaptemb"].items():
-        module = target.removeprefix("adaptemb_plugins.")
-        assert (ROOT / "plugins" / f"{module}.py").is_file(), name
+        module = ROOT / "plugins" / target.removeprefix("adaptemb_plugins.").replace(".", "/")
+        assert module.with_suffix(".py").is_file() or (module / "__init__.py").is_file(), name
 
 
 @pytest.mark.slow

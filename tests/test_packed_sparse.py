@@ -166,6 +166,7 @@ def test_similarity_is_the_dequantised_dot_product() -> None:
     np.testing.assert_allclose(codes.similarity(codes), dense @ dense.T, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_codes_file_takes_rows_times_width_plus_a_fixed_header(tmp_path) -> None:
     rng = np.random.default_rng(2)
     dim, k = 1536, 8
@@ -353,7 +354,7 @@ def test_packer_exports_to_onnx_bit_identical(tmp_path) -> None:
         np.testing.assert_array_equal(got, packer(indices, values).numpy())
 
 
-@pytest.mark.parametrize("bits", [2, 16])
+@pytest.mark.parametrize("bits", [2, pytest.param(16, marks=pytest.mark.slow)])
 def test_index_over_levels_returns_the_top_k_of_the_dequantised_scores(bits: int) -> None:
     """Projected queries against packed documents (empty slots included): the level kernel's top-10 is the top-10
     of ``ProjectedQueries.similarity``, scores included; packed queries (symmetric) too."""

@@ -167,6 +167,7 @@ def test_nothing_fits_is_explained_per_method() -> None:
     assert fits["best"]["label"] == "pq k=16" and fits["why_nothing_fits"] is None
 
 
+@pytest.mark.slow
 def test_bench_explains_a_budget_nothing_fits_in_notes_json_and_report(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import json
 

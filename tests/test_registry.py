@@ -101,3 +101,16 @@ def test_registry_add_rejects_what_is_not_a_concrete_named_compressor() -> None:
     svd = adaptemb.get_registry().get("svd")
     with pytest.raises(ValueError, match="lower-case identifier"):
         registry.add(type("Bad", (svd,), {"name": "Has Space"}))
+
+
+def test_compositions_come_through_a_plugin_not_a_global() -> None:
+    """``"a+b"`` resolves through the composer a built-in plugin adds to the registry it fills: a registry no
+    plugin filled composes nothing (no process-wide composer), the loaded one does, and the composer's source is
+    the core's plugin, registered like every other."""
+    bare = CompressorRegistry()
+    bare.add(adaptemb.get_registry().get("svd"))
+    bare.add(adaptemb.get_registry().get("binary"))
+    with pytest.raises(adaptemb.UnknownCompressorError, match="no composer is loaded"):
+        bare.get("svd+binary")
+    assert adaptemb.get_registry().get("svd+binary").__name__ == "SvdBinaryCompressor"
+    assert "adaptemb-compositions" in dict(adaptemb.registry.plugin_manager().list_name_plugin())

@@ -59,7 +59,7 @@ def same(a: adaptemb.Codes, b: adaptemb.Codes) -> bool:
     return a.kind == b.kind and np.array_equal(a.to_dense(), b.to_dense())  # another layout of the same codes
 
 
-@pytest.mark.parametrize("method", ["svd", "int8", "binary", "mrl", "csr", "bsa"])
+@pytest.mark.parametrize("method", ["svd", "int8", "binary", "mrl", pytest.param("csr", marks=pytest.mark.slow), "bsa"])
 @pytest.mark.parametrize("side", ["doc", "query"])
 def test_shards_hold_exactly_the_in_memory_codes(method: str, side: str, rows: np.ndarray, inputs: dict[str, Path],
                                                  tmp_path: Path) -> None:
@@ -239,6 +239,7 @@ def test_a_local_ray_that_times_out_at_startup_is_started_once_more(monkeypatch:
         assert calls == ([f"init {address}"] if len(errors) == 1 else ["init None", "shutdown", "init None"])
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_encode_prints_the_command_that_resumes(tmp_path: Path) -> None:
     """SIGINT mid-run: exit 130, the shards so far kept, and the exact command to resume, which then finishes."""
     rows = np.random.default_rng(0).standard_normal((400_000, 32)).astype(np.float32)

@@ -62,6 +62,7 @@ def test_physical_cores_count_hyperthreads_once() -> None:
     assert 1 <= threads.physical_cores() <= (torch.get_num_threads() + 64)
 
 
+@pytest.mark.slow
 def test_fits_run_with_the_chosen_count_and_restore_the_pool() -> None:
     before = torch.get_num_threads()
     adaptemb.set_threads(1)

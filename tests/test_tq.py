@@ -51,6 +51,7 @@ def _faiss_own(spec: str, data: Dataset) -> tuple[faiss.Index, np.ndarray, np.nd
     return codes, scores, ids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("bits", "nbytes", "spec"), [
     (1, 16, "PCAR128,SQtqmse1"), (1, 32, "PCAR256,SQtqmse1"), (1, 48, "RR,SQtqmse1"), (2, 16, "PCAR64,SQtqmse2")])
 def test_codes_and_rankings_are_faiss_own(data: Dataset, fitted: adaptemb.Compressor, one_faiss_thread: None,
@@ -103,6 +104,7 @@ def test_blocks_of_documents_merge_to_the_whole(data: Dataset, fitted: adaptemb.
     assert fitted.index(codes).nbytes == codes.nbytes  # the codes only: no decoded copy
 
 
+@pytest.mark.slow
 def test_saved_tq_loads_and_encodes_bit_identically(data: Dataset, fitted: adaptemb.Compressor,
                                                     tmp_path: Path) -> None:
     path = fitted.save(tmp_path / "tq.safetensors")

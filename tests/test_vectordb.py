@@ -45,6 +45,7 @@ def fitted(method: str, docs: np.ndarray) -> adaptemb.Compressor:
     return adaptemb.fit(docs, method, **adaptemb.get_registry().get(method).test_params)
 
 
+@pytest.mark.slow
 @needs_qdrant
 def test_csr_search_in_qdrant_matches_the_index(data: tuple[np.ndarray, np.ndarray]) -> None:
     docs, queries = data
@@ -73,6 +74,7 @@ def test_top_scores_match_the_codes_own_similarity(method: str, data: tuple[np.n
     np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 @needs_qdrant
 def test_bsa_cosine_queries_are_refused_and_dot_queries_rank_as_the_index(data: tuple[np.ndarray, np.ndarray],
                                                                           tmp_path: Path) -> None:
@@ -130,6 +132,7 @@ def test_local_folder_ids_payload_and_recreate(data: tuple[np.ndarray, np.ndarra
     assert qdrant_client(folder).count("adaptemb").count == 20  # persisted in the folder
 
 
+@pytest.mark.slow
 @needs_qdrant
 def test_qdrant_folder_opens_in_another_process(data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
     """The exporting client is closed, so the embedded folder's lock is free for another process."""
@@ -166,6 +169,7 @@ def test_bad_exports_are_refused(kwargs: dict, message: str, data: tuple[np.ndar
     assert not (tmp_path / "qdrant").exists()  # refused before anything is opened
 
 
+@pytest.mark.slow
 @needs_qdrant
 def test_cli_exports_encoded_shards(data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
     np.save(tmp_path / "docs.npy", data[0])
@@ -203,6 +207,7 @@ def assert_same_top(scores: np.ndarray, ids: np.ndarray, expected_scores: np.nda
         assert set(ids[row][scores[row] > cut[row]]) == set(expected_ids[row][expected_scores[row] > cut[row]]), row
 
 
+@pytest.mark.slow
 @needs_milvus
 def test_csr_search_in_milvus_matches_the_index(data: tuple[np.ndarray, np.ndarray], milvus: Any) -> None:
     docs, queries = data
@@ -231,6 +236,7 @@ def test_milvus_top_list_is_the_codes_own(method: str, data: tuple[np.ndarray, n
         assert_same_top(scores, ids, index_scores, index_ids)
 
 
+@pytest.mark.slow
 @needs_milvus
 def test_sparse_codes_go_into_a_sparse_field(data: tuple[np.ndarray, np.ndarray], milvus: Any,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
@@ -342,6 +348,7 @@ print(json.dumps(found))
 """
 
 
+@pytest.mark.slow
 @needs_milvus
 def test_milvus_lite_file_is_searchable_from_a_fresh_process(data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
     """export_codes into a .db path (its folders created), then another process with pymilvus alone searches
@@ -373,6 +380,7 @@ def test_milvus_lite_file_is_searchable_from_a_fresh_process(data: tuple[np.ndar
         assert_same_top(scores.astype(np.float32), ids, expected_scores, expected_ids)
 
 
+@pytest.mark.slow
 @needs_milvus
 def test_cli_exports_into_milvus(data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
     np.save(tmp_path / "docs.npy", data[0])

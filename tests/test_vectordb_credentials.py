@@ -9,33 +9,37 @@ one. Milvus is a gRPC stand-in (pymilvus' own service stubs) that checks the ``a
 from __future__ import annotations
 
 import base64
-import datetime
-import importlib.util
-import ipaddress
-import json
 import logging
 import re
-import threading
 import traceback
 import warnings
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import pytest
+from credential_stubs import (
+    KEY,
+    TOKEN,
+    QdrantStub,
+    checked_headers,
+    clean_environment,  # noqa: F401 - an autouse fixture: it applies where imported
+    error_text,
+    needs_qdrant,
+    never_shows,
+    rows,
+    runner,
+    serve,
+)
 from pydantic import SecretStr
-from typer.testing import CliRunner
 
 from adaptemb.cli import app
-from adaptemb.codes import DenseCodes
 from adaptemb.serialization import save_codes
 from adaptemb.vectordb import (
     CodesExport,
     CredentialError,
     InsecureTransportWarning,
-    ServerUnreachableError,
     VectorDBError,
     credentials,
     export_codes,
@@ -47,150 +51,13 @@ from adaptemb.vectordb import (
 from adaptemb.vectordb import milvus as milvus_store
 from adaptemb.vectordb import qdrant as qdrant_store
 
-needs_qdrant = pytest.mark.skipif(importlib.util.find_spec("qdrant_client") is None, reason="needs qdrant-client")
-needs_milvus = pytest.mark.skipif(importlib.util.find_spec("pymilvus") is None, reason="needs pymilvus")
 # qdrant-client checks the server version from a background thread, which may run after a test's stub is gone
 pytestmark = pytest.mark.filterwarnings("ignore:Failed to obtain server version:UserWarning")
-KEY = "qk-3f9a1c7e-never-print-me"
-TOKEN = "svc_user:pw-8d2b7c-never-print-me"
-runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No credential of the machine running the tests leaks in; a test sets what it needs."""
-    for name in ("QDRANT_API_KEY", "MILVUS_TOKEN", "SSL_CERT_FILE", "SSL_CERT_DIR"):
-        monkeypatch.delenv(name, raising=False)
-
-
-def rows(n: int = 6, dim: int = 4) -> DenseCodes:
-    return DenseCodes(np.random.default_rng(0).standard_normal((n, dim)).astype(np.float32))
-
-
-def never_shows(secret: str, *texts: str) -> None:
-    """Neither the secret nor its base64 form (gRPC's authorization header) nor a password part appears."""
-    forms = {secret, base64.b64encode(secret.encode()).decode()}
-    if ":" in secret:
-        forms.add(secret.split(":", 1)[1])
-    for text in texts:
-        for form in forms:
-            assert form not in text, f"the secret shows in: {text[:500]}"
-
-
-def error_text(error: BaseException) -> str:
-    """All a user or a log could see of an error: message, repr, the whole formatted traceback (with any
-    chained error) and the chained errors themselves."""
-    return "\n".join([str(error), repr(error), *traceback.format_exception(error),
-                      repr(error.__cause__), repr(error.__context__)])
-
-
-# -- a Qdrant stand-in -----------------------------------------------------------------------------------
-
-
-class QdrantStub(ThreadingHTTPServer):
-    """The REST endpoints qdrant-client calls for export_codes / count / search_qdrant (found by running the
-    client against this stub and logging the paths): GET / (version, open as on Qdrant),
-    GET /collections/{c}/exists, PUT and DELETE /collections/{c}, PUT /collections/{c}/points,
-    POST /collections/{c}/points/count and /points/query. Every other request needs the ``api-key`` header
-    equal to ``key`` (401 otherwise); ``echo_key`` makes it answer 500 with the header in the body, as a
-    careless proxy might."""
-
-    daemon_threads = True
-
-    def __init__(self, key: str | None) -> None:
-        super().__init__(("127.0.0.1", 0), QdrantHandler)
-        self.key = key
-        self.read_only_key: str | None = None
-        self.echo_key = False
-        self.seen: list[tuple[str, str, str | None]] = []
-        self.collections: dict[str, dict[int, list[float]]] = {}
-
-    @property
-    def url(self) -> str:
-        scheme = "https" if hasattr(self.socket, "context") else "http"
-        return f"{scheme}://127.0.0.1:{self.server_port}"
-
-
-class QdrantHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: QdrantStub
-
-    def log_message(self, *args: Any) -> None:  # quiet
-        pass
-
-    def reply(self, status: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def ok(self, result: Any) -> None:
-        self.reply(200, {"result": result, "status": "ok", "time": 0.0})
-
-    def handle_any(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length)) if length else None
-        path = self.path.split("?")[0]
-        sent = self.headers.get("api-key")
-        self.server.seen.append((self.command, path, sent))
-        if path == "/":
-            return self.reply(200, {"title": "qdrant - vector search engine", "version": "1.20.0"})
-        if self.server.echo_key:
-            return self.reply(500, {"status": {"error": f"upstream rejected headers api-key={sent}"}})
-        if self.server.read_only_key is not None and sent == self.server.read_only_key:
-            if self.command in ("PUT", "DELETE"):  # Qdrant's read-only keys: 403 on writes
-                return self.reply(403, {"status": {"error": "Forbidden: Write access denied"}})
-        elif self.server.key is not None and sent != self.server.key:
-            return self.reply(401, {"status": {"error": "Must provide an API key or an Authorization bearer token"}})
-        match = re.fullmatch(r"/collections/([^/]+)(/.*)?", path)
-        if match is None:
-            return self.reply(404, {"status": {"error": "not found"}})
-        name, rest = match.group(1), match.group(2) or ""
-        collections = self.server.collections
-        if rest == "/exists":
-            return self.ok({"exists": name in collections})
-        if rest == "" and self.command == "PUT":
-            collections[name] = {}
-            return self.ok(True)
-        if rest == "" and self.command == "DELETE":
-            collections.pop(name, None)
-            return self.ok(True)
-        if rest == "/points" and self.command == "PUT":
-            for point in body["points"]:
-                collections[name][int(point["id"])] = point["vector"]["codes"]
-            return self.ok({"operation_id": 0, "status": "completed"})
-        if rest == "/points/count":
-            return self.ok({"count": len(collections[name])})
-        if rest == "/points/query":
-            query = np.asarray(body["query"]["nearest"])
-            scored = sorted(((float(query @ np.asarray(v)), i) for i, v in collections[name].items()), reverse=True)
-            return self.ok({"points": [{"id": i, "version": 0, "score": s} for s, i in scored[: body["limit"]]]})
-        return self.reply(404, {"status": {"error": "not found"}})
-
-    do_GET = do_PUT = do_POST = do_DELETE = handle_any
-
-
-def serve(server: ThreadingHTTPServer) -> Iterator[Any]:
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture
 def qdrant() -> Iterator[QdrantStub]:
     yield from serve(QdrantStub(KEY))
-
-
-def checked_headers(stub: QdrantStub, key: str) -> None:
-    """Every request but the open version check carried the key."""
-    calls = [(method, path, sent) for method, path, sent in stub.seen if path != "/"]
-    assert calls and all(sent == key for _, _, sent in calls), calls
 
 
 # -- Qdrant: where the key comes from, and that it arrives -------------------------------------------
@@ -506,201 +373,3 @@ def test_the_credential_is_masked_wherever_it_is_held(monkeypatch: pytest.Monkey
     never_shows(TOKEN, repr(export), str(export), repr(credential), str(credential))
 
 
-# -- TLS: certificates are verified ------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def certificates(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """A private CA and a server certificate it signed for 127.0.0.1: (CA bundle, certificate, key)."""
-    pytest.importorskip("cryptography")
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    folder = tmp_path_factory.mktemp("tls")
-    now = datetime.datetime.now(datetime.timezone.utc)
-    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "adaptemb test CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(1).not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                                       key_encipherment=False, data_encipherment=False, key_agreement=False,
-                                       encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-          .sign(ca_key, hashes.SHA256()))
-    server = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-              .issuer_name(ca_name).public_key(server_key.public_key()).serial_number(2)
-              .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=1))
-              .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-              .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-              .sign(ca_key, hashes.SHA256()))
-    paths = folder / "ca.pem", folder / "server.pem", folder / "server.key"
-    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(server.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(server_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                  serialization.NoEncryption()))
-    return paths
-
-
-@pytest.fixture
-def qdrant_tls(certificates: tuple[Path, Path, Path]) -> Iterator[QdrantStub]:
-    import ssl
-
-    stub = QdrantStub(KEY)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(certificates[1], certificates[2])
-    stub.socket = context.wrap_socket(stub.socket, server_side=True)
-    yield from serve(stub)
-
-
-@needs_qdrant
-def test_https_verifies_the_certificate(qdrant_tls: QdrantStub, certificates: tuple[Path, Path, Path],
-                                        monkeypatch: pytest.MonkeyPatch, codes_file: Path) -> None:
-    monkeypatch.setenv("QDRANT_API_KEY", KEY)
-    assert qdrant_tls.url.startswith("https://127.0.0.1:")
-    with pytest.raises(ServerUnreachableError) as unverified:  # signed by a CA nobody trusts: refused
-        export_codes(rows(), location=qdrant_tls.url)
-    assert "CERTIFICATE_VERIFY_FAILED" in str(unverified.value)
-    assert str(unverified.value).endswith("its TLS certificate was not verified against the trusted CAs: give the CA "
-                                          "bundle that signed it with --ca-cert PATH (ca_cert= in Python)")
-    assert not [call for call in qdrant_tls.seen if call[1] != "/"]  # nothing reached it, the key included
-    ca = certificates[0]
-    assert export_codes(rows(), location=qdrant_tls.url, ca_cert=ca).rows == 6
-    checked_headers(qdrant_tls, KEY)
-    monkeypatch.setenv("SSL_CERT_FILE", str(ca))  # httpx's own variable works as well
-    assert export_codes(rows(), location=qdrant_tls.url, recreate=True).rows == 6
-    monkeypatch.delenv("SSL_CERT_FILE")
-    cli = runner.invoke(app, ["export-codes", "--codes", str(codes_file), "--location", qdrant_tls.url, "--recreate",
-                              "--ca-cert", str(ca)], env={"COLUMNS": "200"})
-    assert cli.exit_code == 0 and "(API key from $QDRANT_API_KEY)" in cli.output
-    never_shows(KEY, error_text(unverified.value), cli.output)
-
-
-# -- Milvus: a gRPC stand-in that checks the token ---------------------------------------------------
-
-
-@pytest.fixture
-def milvus_server() -> Iterator[tuple[str, list[Any]]]:
-    yield from _milvus_server(tls=None)
-
-
-def _milvus_server(tls: tuple[Path, Path, Path] | None) -> Iterator[tuple[str, list[Any]]]:
-    """A Milvus gRPC server that answers Connect and DescribeCollection (a missing collection) to callers
-    whose ``authorization`` metadata is base64(TOKEN), and UNAUTHENTICATED to others, as Milvus does."""
-    if importlib.util.find_spec("pymilvus") is None:
-        pytest.skip("needs pymilvus")
-    from concurrent import futures
-
-    import grpc
-    from pymilvus.grpc_gen import common_pb2, milvus_pb2, milvus_pb2_grpc
-
-    seen: list[Any] = []
-    expected = base64.b64encode(TOKEN.encode()).decode()
-
-    class Authentication(grpc.ServerInterceptor):
-        def intercept_service(self, continuation: Any, details: Any) -> Any:
-            sent = dict(details.invocation_metadata).get("authorization")
-            seen.append((details.method.rsplit("/", 1)[-1], sent))
-            if sent == expected:
-                return continuation(details)
-
-            def deny(request: Any, context: Any) -> Any:
-                context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                              "auth check failure, please check username, password or API key are correct")
-
-            return grpc.unary_unary_rpc_method_handler(deny)
-
-    class Service(milvus_pb2_grpc.MilvusServiceServicer):
-        def Connect(self, request: Any, context: Any) -> Any:  # gRPC's method name
-            return milvus_pb2.ConnectResponse(status=common_pb2.Status(code=0), identifier=7)
-
-        def DescribeCollection(self, request: Any, context: Any) -> Any:
-            return milvus_pb2.DescribeCollectionResponse(status=common_pb2.Status(
-                code=100, error_code=common_pb2.CollectionNotExists, reason=f"collection not found[{request.collection_name}]"))
-
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), interceptors=[Authentication()])
-    milvus_pb2_grpc.add_MilvusServiceServicer_to_server(Service(), server)
-    if tls is None:
-        port, scheme = server.add_insecure_port("127.0.0.1:0"), "http"
-    else:
-        credentials = grpc.ssl_server_credentials([(tls[2].read_bytes(), tls[1].read_bytes())])
-        port, scheme = server.add_secure_port("127.0.0.1:0", credentials), "https"
-    server.start()
-    try:
-        yield f"{scheme}://127.0.0.1:{port}", seen
-    finally:
-        server.stop(grace=None)
-
-
-@pytest.fixture
-def milvus_logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    """Every log record, pymilvus' included (its logger does not propagate: it writes to stderr itself)."""
-    caplog.set_level(logging.DEBUG)
-    caplog.set_level(logging.DEBUG, logger="pymilvus")
-    pymilvus_logger = logging.getLogger("pymilvus")
-    pymilvus_logger.addHandler(caplog.handler)
-    yield caplog
-    pymilvus_logger.removeHandler(caplog.handler)
-
-
-@needs_milvus
-def test_milvus_token_reaches_the_server(milvus_server: tuple[str, list[Any]], monkeypatch: pytest.MonkeyPatch,
-                                         milvus_logs: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture) -> None:
-    url, seen = milvus_server
-    monkeypatch.setenv("MILVUS_TOKEN", TOKEN)  # user:password form, as pymilvus takes it
-    client = milvus_client(url)
-    assert client.has_collection("adaptemb") is False
-    client.close()
-    assert seen and all(sent == base64.b64encode(TOKEN.encode()).decode() for _, sent in seen), seen
-    assert {method for method, _ in seen} == {"Connect", "DescribeCollection"}
-    never_shows(TOKEN, milvus_logs.text, *capfd.readouterr())
-
-
-@needs_milvus
-def test_milvus_wrong_or_missing_token(milvus_server: tuple[str, list[Any]], monkeypatch: pytest.MonkeyPatch,
-                                       milvus_logs: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture,
-                                       codes_file: Path) -> None:
-    url, _ = milvus_server
-    wrong = "svc_user:pw-wrong-never-print-me"
-    monkeypatch.setenv("OTHER_MILVUS_TOKEN", wrong)
-    with pytest.raises(CredentialError) as refused:
-        export_codes(rows(), to="milvus", location=url, api_key_env="OTHER_MILVUS_TOKEN")
-    assert str(refused.value) == (
-        f"the Milvus server at {url} refused the token from $OTHER_MILVUS_TOKEN (UNAUTHENTICATED: auth check failure, "
-        "please check username, password or API key are correct): check the token, or name another variable with "
-        "--api-key-env (api_key_env= in Python)")
-    with pytest.raises(CredentialError) as missing:
-        milvus_client(url)
-    assert str(missing.value).startswith(f"the Milvus server at {url} wants a token (an API key, or user:password) "
-                                         "and none was sent (UNAUTHENTICATED: ")
-    assert str(missing.value).endswith("set $MILVUS_TOKEN, or name the variable that holds it with --api-key-env "
-                                       "(api_key_env= in Python)")
-    cli = runner.invoke(app, ["export-codes", "--codes", str(codes_file), "--to", "milvus", "--location", url],
-                        env={"MILVUS_TOKEN": wrong, "COLUMNS": "200"})
-    assert cli.exit_code == 2 and cli.output.startswith(f"error: the Milvus server at {url} refused the token from "
-                                                        "$MILVUS_TOKEN (UNAUTHENTICATED: ")
-    never_shows(wrong, error_text(refused.value), error_text(missing.value), cli.output, milvus_logs.text,
-                *capfd.readouterr())
-
-
-@needs_milvus
-def test_milvus_https_verifies_the_certificate(certificates: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch,
-                                               capfd: pytest.CaptureFixture) -> None:
-    """Signed by a CA gRPC does not trust: no connection (pymilvus gives up after its 10 s connect timeout),
-    nothing sent; with that CA as ca_cert: connected, and the token arrives."""
-    monkeypatch.setenv("MILVUS_TOKEN", TOKEN)
-    for url, seen in _milvus_server(tls=certificates):
-        with pytest.raises(ServerUnreachableError) as unverified:
-            milvus_client(url)
-        assert str(unverified.value) == (
-            f"could not reach the Milvus server at {url} (Fail connecting to server on 127.0.0.1:{url.rsplit(':', 1)[1]}, "
-            "illegal connection params or server unavailable (code 2)); over https a certificate that does not verify fails the same way: give its CA bundle "
-            "with --ca-cert PATH (ca_cert= in Python)")
-        assert seen == []
-        client = milvus_client(url, ca_cert=certificates[0])  # verified against the private CA: accepted
-        assert client.has_collection("adaptemb") is False
-        client.close()
-        assert seen and all(sent == base64.b64encode(TOKEN.encode()).decode() for _, sent in seen)
-    never_shows(TOKEN, error_text(unverified.value), *capfd.readouterr())

@@ -53,6 +53,7 @@ def test_unit_rows_and_has_direction_keep_zero_rows_zero() -> None:
 # -- fit: labels follow their rows, pairs holding a zero row are dropped --------------------------------
 
 
+@pytest.mark.slow
 def test_labels_follow_their_rows(data: tuple[np.ndarray, np.ndarray]) -> None:
     x, labels = data
     rows, zero = with_zero_rows(x)
@@ -62,6 +63,7 @@ def test_labels_follow_their_rows(data: tuple[np.ndarray, np.ndarray]) -> None:
     assert_same_codes(fitted.encode(x), alone.encode(x))
 
 
+@pytest.mark.slow
 def test_pairs_with_a_zero_query_or_document_are_dropped(data: tuple[np.ndarray, np.ndarray]) -> None:
     x, _ = data
     rows, zero = with_zero_rows(x)
@@ -92,6 +94,7 @@ def test_pairs_that_are_all_zero_are_refused(data: tuple[np.ndarray, np.ndarray]
         adaptemb.fit(x, "csr", pairs=(np.zeros((5, 32), np.float32), x[:5]), **CSR)
 
 
+@pytest.mark.slow
 def test_a_stream_with_zero_rows_and_pairs_reports_both(data: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> None:
     x, _ = data
     rows, zero = with_zero_rows(x, every=7)

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from adaptemb.cli.app import app
 from adaptemb.cli.errors import friendly_errors
-from adaptemb.cli.options import flag, parse_ints
+from adaptemb.cli.options import TextBackboneOption, flag, parse_ints
 from adaptemb.config import parse_params
 from adaptemb.devices import Device
 
@@ -77,7 +77,13 @@ def _check_names(names: list[str], params: list[str]) -> None:
 @app.command("bench")
 @friendly_errors
 def bench_command(
-    data: Annotated[str, typer.Option("--data", help="Dataset file, folder or built-in name.")] = "default",
+    data: Annotated[str, typer.Option("--data", help="Dataset file, folder or built-in name; or text data, embedded "
+                                      "with --backbone: a BEIR folder or a .jsonl file of texts.")] = "default",
+    backbone: TextBackboneOption = None,
+    split: Annotated[str | None, typer.Option("--split", help="BEIR folder: the qrels split to evaluate "
+                                              "(qrels/SPLIT.tsv; default test).")] = None,
+    save_runs: Annotated[bool, flag("save-runs", "Write each row's ranking (depth 100) as a TREC run file, "
+                                    "OUT/runs/NAME.trec, and check them with pytrec_eval.")] = False,
     methods: Annotated[str | None, typer.Option(
         "--methods", help="Comma list of registered methods or compositions such as svd+binary (default: every "
         "registered method and the default compositions, see docs/bench.md; `adaptemb plugins` lists them).")] = None,
@@ -108,7 +114,8 @@ def bench_command(
     scale_check: Annotated[int, typer.Option(
         "--scale-check", min=0, help="--scale: check each index's top-10 against brute force through score() "
         "on this many queries.")] = 0,
-    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Timed rounds per latency measurement.")] = 5,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Timed rounds per latency measurement (the median is "
+                                                           "reported; more for a tighter spread).")] = 3,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Warm-up rounds before timing.")] = 1,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Queries per timed batch.")] = 512,
     param: Annotated[list[str] | None, typer.Option(
@@ -116,12 +123,16 @@ def bench_command(
     quiet: Annotated[bool, flag("quiet", "Only the final table (no progress).", "-q")] = False,
     wide: Annotated[bool, flag("wide", "Every column, one line per row (needs about 160 columns); "
                                        "by default a compact table that fits 100.")] = False,
+    all_rows: Annotated[bool, flag("all-rows", "Every row in the terminal; by default each method family's best "
+                                               "row per byte budget (report.md and results.json keep every row).")] = False,
 ) -> None:
     """Benchmark compression methods on a dataset: NDCG@10, recall, MRR, 1-NN, bytes/vector, latency."""
+    from adaptemb.cli.steps import StepBar
     from adaptemb.datasets import load_dataset
-    from adaptemb.evaluate.report import print_table, write_report
+    from adaptemb.evaluate.report import evaluated_query_ids, write_report
     from adaptemb.evaluate.runner import BenchConfig, fit_supervision, run_bench
     from adaptemb.evaluate.scale import ScaleConfig
+    from adaptemb.evaluate.terminal import print_summary, print_table
 
     console = Console(stderr=True, quiet=quiet)
     names = None if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
@@ -140,19 +151,28 @@ def bench_command(
     byte_budgets = None if budgets is not None else parse_ints(nbytes or DEFAULT_BYTES, "--bytes")
     config = BenchConfig(methods=names or [], budgets=parse_ints(budgets or DEFAULT_BUDGETS, "--budgets"), bytes=byte_budgets,
                          device=device, rerank=rerank, shortlist=shortlist, seed=seed, rounds=rounds, warmup=warmup,
-                         batch_size=batch_size, method_params=method_params(param or []), fit_progress=not quiet,
-                         fit_labels=fit_labels, scale=scale_config)
-    progress = (lambda msg: console.print(f"[dim]- {msg}[/dim]"))
-    progress(f"loading dataset {data}")
+                         batch_size=batch_size, method_params=method_params(param or []), fit_progress=False,
+                         fit_labels=fit_labels, scale=scale_config, keep_rankings=save_runs)
+    log = (lambda msg: console.print(f"[dim]- {msg}[/dim]"))
+    log(f"loading dataset {data}")
     with warnings.catch_warnings():  # ignored extra arrays become a note of the report instead
         warnings.simplefilter("ignore", UserWarning)
-        dataset = load_dataset(data, seed=seed, progress=not quiet)
+        dataset = load_dataset(data, seed=seed, progress=not quiet, backbone=backbone, split=split,
+                               cache_dir=out / "embeddings", device=device, log=log)
+    if save_runs:
+        from adaptemb.evaluate.runs import check_run_ids
+
+        check_run_ids(dataset)
     if names is None:
         config.methods = default_methods(fit_supervision(dataset) if fit_labels else (), matryoshka=matryoshka)
         _check_names(config.methods, param or [])
-    result = run_bench(dataset, config, progress=progress)
-    files = write_report(result, out)
+    result = run_bench(dataset, config, progress=None if quiet else StepBar(console))
+    if save_runs:
+        from adaptemb.evaluate.runs import save_runs as write_runs
+
+        result.notes.extend(write_runs(result, dataset, out).notes)
+    files = write_report(result, out, query_ids=evaluated_query_ids(dataset))
     # piped output without COLUMNS: do not squeeze the table
     stdout = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 220)
-    print_table(result, stdout, wide=wide)
-    stdout.print(f"wrote {', '.join(str(p) for p in files.values())}")
+    print_table(result, stdout, wide=wide, all_rows=all_rows)
+    print_summary(result, files, stdout)

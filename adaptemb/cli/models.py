@@ -239,7 +239,7 @@ def export_encoder_command(
     old_model: OldBackboneOption = None,
 ) -> None:
     """Export a backbone and a fitted compressor as one ONNX graph: token ids or pixels in, codes out."""
-    from adaptemb.onnx.encoder import export_encoder  # the onnx extra
+    from adaptemb.encoder_export import export_encoder  # the onnx extra
 
     path = chosen(compressor, None, new="--compressor/-c", old="")
     fitted: Any = path

@@ -64,6 +64,9 @@ BackboneOption = Annotated[str | None, typer.Option(
     "--backbone", help="Encoder model: a sentence-transformers or transformers folder (default: the bundled "
     "all-MiniLM-L6-v2), efficientnet-lite0, timm:NAME, open_clip:NAME (with --weights) or a saved timm folder.")]
 OldBackboneOption = Annotated[str | None, deprecated_option("--model", replacement="--backbone")]
+TextBackboneOption = Annotated[str | None, typer.Option(
+    "--backbone", help="Text model that embeds text data (a BEIR folder or a .jsonl file of texts): a "
+    "sentence-transformers or transformers folder (default: the bundled all-MiniLM-L6-v2).")]
 InputOption = Annotated[Path, typer.Option(
     "--input", "-i", help="Embeddings: .npy, .npz, .safetensors, .parquet, .fvecs, .bvecs or .ivecs.")]
 KeyOption = Annotated[

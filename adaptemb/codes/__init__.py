@@ -9,9 +9,12 @@ Storage accounting is exact and split in two:
 ``nbytes`` is their sum and equals the bytes of the arrays ``to_arrays()`` returns, which is what
 ``adaptemb.save_codes`` writes. ``bytes_per_vector`` is ``row_nbytes / len(codes)``.
 
-Each kind owns its other forms too: ONNX outputs (``onnx_outputs`` / ``onnx_graph`` / ``onnx_arrays``), the
-columns of a streamed shard (``row_columns`` / ``from_row_columns``) and the rows of a vector database
-(``vector_form`` / ``vector_rows``). Scoring goes a block of documents at a time through ``blockwise_scores``.
+Each kind owns its other forms too, so that nothing outside the kinds (and their index backends) asks which kind
+it holds: ONNX outputs (``onnx_outputs`` / ``onnx_graph`` / ``onnx_arrays`` / ``onnx_values``), the parity check's
+view of them (``parity_arrays`` / ``parity_set_bits`` / ``parity_vectors``), the columns of a streamed shard
+(``row_columns`` / ``from_row_columns``), and the rows and queries of a vector database (``vector_form`` /
+``vector_rows`` / ``compact_vector_rows`` / ``vector_quantization`` / ``sign_bits`` / ``store_query``). Scoring goes
+a block of documents at a time through ``blockwise_scores``.
 """
 
 from adaptemb.codes.base import (
@@ -22,7 +25,7 @@ from adaptemb.codes.base import (
     decoded_inner_products,
     index_dtype,
 )
-from adaptemb.codes.binary import BinaryCodes
+from adaptemb.codes.binary import BinaryCodes, pack_signs, unpack_signs
 from adaptemb.codes.binary_sparse import BinarySparseCodes
 from adaptemb.codes.dense import DenseCodes
 from adaptemb.codes.packed_sparse import PackedSparseCodes
@@ -44,4 +47,6 @@ __all__ = [
     "blockwise_scores",
     "decoded_inner_products",
     "index_dtype",
+    "pack_signs",
+    "unpack_signs",
 ]

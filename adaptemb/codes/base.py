@@ -14,12 +14,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
 
 from adaptemb.errors import UnsupportedExportError
+
+if TYPE_CHECKING:
+    import torch
 
 _C = TypeVar("_C", bound="Codes")
 SCORE_BLOCK_ROWS = 16384
@@ -138,11 +141,33 @@ class Codes(ABC):
         arrays = self.to_arrays()
         return {name: arrays[name] for name in self.onnx_outputs or head_outputs}
 
+    def from_onnx_arrays(self: _C, arrays: dict[str, np.ndarray]) -> _C:  # noqa: PYI019 (typing.Self is 3.11+)
+        """Codes like these (their kind, ``dim`` and ``shared_arrays``, e.g. int8's calibration) from what an exported
+        encoder emits for codes of this kind (``onnx_arrays``, by output name): to search or compare an ONNX
+        pipeline's codes as the torch pipeline's. By default ``from_arrays`` of those arrays and the shared ones."""
+        shared = {name: array for name, array in self.to_arrays().items() if name in self.shared_arrays}
+        return type(self).from_arrays({**arrays, **shared}, self.dim)
+
+    def onnx_values(self) -> torch.nn.Module | None:
+        """Inside a graph, a module from the ``encoder(k)`` outputs of codes like these (a dict by name) to the
+        float32 (n, dim) values ``to_dense()`` gives (how a composition exports its projection); None (the default):
+        the kind has no float values a graph can carry on with."""
+        return None
+
     def parity_arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Storage arrays of codes like these (``onnx_arrays``, or an exported encoder's outputs) as the parity check
         compares them (``adaptemb.onnx.parity.compare_codes``: ``indices`` as row sets, -1 an empty slot, with their
         ``values``; ``bits``; ``codes``). By default as they are; a kind whose storage is packed unpacks it."""
         return dict(arrays)
+
+    parity_set_bits: ClassVar[bool] = False
+    """In the parity check, whether the set ``bits`` are the active features (binary sparse codes); False: every bit
+    is a sign, all of them compared alike."""
+
+    def parity_vectors(self, name: str, array: np.ndarray) -> np.ndarray:
+        """The integer storage array ``name`` of codes like these (or an encoder's output) as float64 rows (n, …), the
+        vectors parity's code cosine compares. By default the integers themselves; int8 codes dequantise."""
+        return array.reshape(len(array), -1).astype(np.float64)
 
     # -- the columns of a code table (streaming's parquet shards) -------------------------------
 
@@ -177,6 +202,14 @@ class Codes(ABC):
     or ``""``: not at all (the default)."""
     compact_vector_dtype: ClassVar[str] = "float32"
     """The dtype of ``compact_vector_rows()`` for a dense form; a store that takes it (Qdrant) declares it."""
+    vector_quantization: ClassVar[str | None] = None
+    """A smaller copy of the dense ``vector_rows`` a store may keep in RAM, searching it and rescoring with the rows:
+    ``"sign_bits"`` (the rows are ±1, a bit a dimension: ``sign_bits()``), ``"int8_scalar"`` (int8 levels), or None."""
+
+    @property
+    def sparse_vectors(self) -> bool:
+        """Whether a store holds these codes as sparse vectors (``vector_rows`` is a CSR matrix)."""
+        return self.vector_form == "sparse"
 
     def vector_rows(self) -> np.ndarray | sp.csr_matrix:
         """One vector a row whose dot products are ``similarity``: for ``vector_form = "dense"`` a float32
@@ -188,6 +221,18 @@ class Codes(ABC):
         """The smallest dense rows of ``compact_vector_dtype`` a store may hold instead of ``vector_rows()``; their
         dot products may only approximate ``similarity`` (int8: uint8 ``code + 128``). By default ``vector_rows()``."""
         return self.vector_rows()
+
+    def sign_bits(self) -> np.ndarray:
+        """The rows as packed sign bits, uint8 (n, ceil(dim / 8)), most significant bit first (``pack_signs``), for a
+        kind whose ``vector_quantization`` is ``"sign_bits"``; other kinds raise."""
+        raise UnsupportedExportError(f"{self.kind!r} codes are not sign bits (their vector_quantization is "
+                                     f"{self.vector_quantization!r})")
+
+    def store_query(self, store: str) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray] | None:
+        """(vectors, offsets) these codes search a vector database ``store`` with, for a kind that queries in a form
+        of its own (``ProjectedQueries``); a query's offset is added to the store's dot products. None (the
+        default): queries are searched as documents are stored, ``vector_rows`` and no offset."""
+        return None
 
     def __repr__(self) -> str:
         return (

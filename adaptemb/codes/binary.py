@@ -21,6 +21,7 @@ class BinaryCodes(Codes):
     kind = "binary"
     onnx_outputs = ("bits",)
     vector_form = "dense"
+    vector_quantization = "sign_bits"
 
     def __init__(self, packed: np.ndarray, dim: int) -> None:
         if packed.dtype != np.uint8 or packed.ndim != 2 or packed.shape[1] != (dim + 7) // 8:
@@ -31,7 +32,7 @@ class BinaryCodes(Codes):
     @classmethod
     def from_signs(cls, x: np.ndarray) -> BinaryCodes:
         """Pack ``x > 0`` of a 2-D array."""
-        return cls(np.packbits(x > 0, axis=1), x.shape[1])
+        return cls(pack_signs(x), x.shape[1])
 
     def __len__(self) -> int:
         return self.packed.shape[0]
@@ -86,6 +87,23 @@ class BinaryCodes(Codes):
     def onnx_arrays(self, head_outputs: Sequence[str]) -> dict[str, np.ndarray]:
         return {"bits": self.packed}
 
+    def from_onnx_arrays(self, arrays: dict[str, np.ndarray]) -> BinaryCodes:
+        return BinaryCodes(arrays["bits"], self.dim)
+
     def vector_rows(self) -> np.ndarray:
         """The ±1 rows: their dot product is ``dim - 2 * hamming``, the Hamming ranking."""
         return self.to_dense()
+
+    def sign_bits(self) -> np.ndarray:
+        return self.packed
+
+
+def pack_signs(x: np.ndarray) -> np.ndarray:
+    """The signs of a 2-D array's rows as packed bits (``x > 0`` set), uint8 (n, ceil(d / 8)), most significant
+    first: how binary codes and a store's bit vectors hold them."""
+    return np.packbits(x > 0, axis=1)
+
+
+def unpack_signs(packed: np.ndarray, dim: int) -> np.ndarray:
+    """Packed sign bits as float32 ±1 rows (n, ``dim``)."""
+    return np.unpackbits(packed, axis=1, count=dim).astype(np.float32) * 2.0 - 1.0

@@ -61,6 +61,7 @@ class BinarySparseCodes(Codes):
     metrics: ClassVar[tuple[str, ...]] = ("dot", "cosine")
     shared_arrays = ("layout",)
     onnx_outputs = ("bits",)
+    parity_set_bits = True
     vector_form = "sparse"
     value_bits = 1
     layouts: ClassVar[tuple[str, ...]] = LAYOUTS
@@ -380,6 +381,10 @@ class BinarySparseCodes(Codes):
 
     def onnx_arrays(self, head_outputs: Sequence[str]) -> dict[str, np.ndarray]:
         return {"bits": self.packed if self.layout == "bitmap" else self.as_layout("bitmap").packed}
+
+    def from_onnx_arrays(self, arrays: dict[str, np.ndarray]) -> BinarySparseCodes:
+        """The ``bits`` bitmap an exported encoder emits, in its smallest layout."""
+        return BinarySparseCodes.from_arrays({"bitmap": arrays["bits"]}, self.dim)
 
     def parity_arrays(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """``packed`` rows (a fixed-k head's) as the ``bits`` they stand for; other arrays as they are."""

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from adaptemb.codes.base import Codes, select_rows
 
@@ -59,5 +60,19 @@ class DenseCodes(Codes):
     def onnx_arrays(self, head_outputs: Sequence[str]) -> dict[str, np.ndarray]:
         return {"codes": self.values}
 
+    def from_onnx_arrays(self, arrays: dict[str, np.ndarray]) -> DenseCodes:
+        return DenseCodes(arrays["codes"])
+
     def vector_rows(self) -> np.ndarray:
         return self.to_dense()
+
+    def onnx_values(self) -> torch.nn.Module:
+        """The ``values`` output (float32 or float16) in float32."""
+        return _Float32Values()
+
+
+class _Float32Values(torch.nn.Module):
+    """A head's ``values`` output in float32, inside a graph."""
+
+    def forward(self, outputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return outputs["values"].to(torch.float32)

@@ -87,6 +87,16 @@ class ProjectedQueries(Codes):
         return cls(np.concatenate([p.values for p in parts]), np.concatenate([p.offset for p in parts]),
                    document_weights=weights.pop())
 
+    def store_query(self, store: str) -> tuple[sp.csr_matrix, np.ndarray]:
+        """``query_vector_rows`` and ``offset``; refused (``ValueError``) for queries with ``document_weights``, which
+        a database holding no such weights would rank otherwise."""
+        if self.document_weights:
+            raise ValueError(f"{store} would not rank these projected queries as their method does: it divides each "
+                             "document's score by a weight of its own (bsa's scoring='asymmetric', a cosine), which the "
+                             "database does not hold. Search the codes with compressor.index(codes).search(queries), "
+                             "or fit bsa with scoring='asymmetric_dot' to search them in a database")
+        return self.query_vector_rows(), self.offset
+
     def query_vector_rows(self) -> sp.csr_matrix:
         """The ``values`` as a vector database's sparse query vectors (float32 CSR (n, dim), every non-zero kept):
         their dot product with a document's ``vector_rows``, plus ``offset``, is ``similarity``."""

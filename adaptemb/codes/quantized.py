@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from adaptemb.codes.base import Codes, decoded_inner_products, select_rows
 
@@ -22,6 +23,7 @@ class QuantizedCodes(Codes):
     onnx_outputs = ("codes",)
     vector_form = "dense"
     compact_vector_dtype = "uint8"
+    vector_quantization = "int8_scalar"
 
     def __init__(self, codes: np.ndarray, scale: np.ndarray, offset: np.ndarray) -> None:
         if codes.dtype != np.int8 or codes.ndim != 2:
@@ -72,6 +74,17 @@ class QuantizedCodes(Codes):
     def onnx_graph(cls, outputs: dict[str, Any], dim: int) -> tuple[Any, ...]:
         return (outputs["codes"],)
 
+    def onnx_values(self) -> torch.nn.Module:
+        """The ``codes`` output dequantised with these codes' calibration, ``offset + scale * code``."""
+        return _Dequantised(self.scale, self.offset)
+
+    def parity_vectors(self, name: str, array: np.ndarray) -> np.ndarray:
+        """``codes`` dequantised (``offset + scale * code``, float64) for the code cosine."""
+        rows = super().parity_vectors(name, array)
+        if name != "codes":
+            return rows
+        return self.offset.astype(np.float64) + self.scale.astype(np.float64) * rows
+
     def vector_rows(self) -> np.ndarray:
         """The dequantised rows ``offset + scale * code``: their dot product is ``similarity``."""
         return self.to_dense()
@@ -79,3 +92,15 @@ class QuantizedCodes(Codes):
     def compact_vector_rows(self) -> np.ndarray:
         """uint8 ``code + 128``: a byte a dimension, whose dot product only approximates the dequantised one."""
         return (self.codes.astype(np.int16) + 128).astype(np.uint8)
+
+
+class _Dequantised(torch.nn.Module):
+    """``offset + scale * codes`` of a head's int8 ``codes`` output, in float32, inside a graph."""
+
+    def __init__(self, scale: np.ndarray, offset: np.ndarray) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.from_numpy(scale.copy()))
+        self.register_buffer("offset", torch.from_numpy(offset.copy()))
+
+    def forward(self, outputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.offset + self.scale * outputs["codes"].to(torch.float32)

@@ -1,8 +1,8 @@
 """Composed codes: a projection, an optional orthogonal rotation, then a quantiser, as one method ``"a+b"``.
 
 The registry resolves ``"svd+rabitq"`` to ``composed_class(SVDCompressor, RaBitQCompressor)`` for any method
-declaring ``role = "projection"`` followed by any declaring ``role = "quantizer"`` (``set_composer``, installed on
-import). See ``adaptemb.compose.compressor`` for what the composition does and ``adaptemb.compose.config`` for
+declaring ``role = "projection"`` followed by any declaring ``role = "quantizer"``: ``adaptemb.compose.plugin``, a
+built-in plugin, adds that factory to the registry. See ``adaptemb.compose.compressor`` for what the composition does and ``adaptemb.compose.config`` for
 its configuration.
 """
 
@@ -20,7 +20,6 @@ from adaptemb.compose.rotation import (
     itq_rotation,
     random_rotation,
 )
-from adaptemb.registry import set_composer
 
 __all__ = [
     "ComposedCompressor",
@@ -38,5 +37,3 @@ __all__ = [
     "random_rotation",
 ]
 
-
-set_composer(composed_class)

@@ -34,8 +34,8 @@ import torch
 
 from adaptemb.budgets import Budgets, largest_budget_within
 from adaptemb.codes import Codes, DenseCodes, decoded_inner_products
-from adaptemb.compose.config import ComposedConfig, composed_config, make_composed_config
-from adaptemb.compose.export import ComposedHead, ProjectedValues, refusal
+from adaptemb.compose.config import ComposedConfig, composed_config, make_composed_config, part_settings
+from adaptemb.compose.export import ComposedHead, projected_values, refusal
 from adaptemb.compose.levels import (
     CHOICE_MIN_QUERIES,
     SignMagnitude,
@@ -96,6 +96,7 @@ class ComposedCompressor(Compressor):
         self._quantizer_template = self.Quantizer(config=self.config.quantizer)  # type: ignore[attr-defined]
         self._projection_template = self.Projection(config=self.config.projection)  # type: ignore[attr-defined]
         self._sizes: dict[int, float] = {}
+        self._given_projection: Compressor | None = None
         if self.config.rotation == "pairs":
             learners = [part.name for part in (self.Projection, self.Quantizer) if "pairs" in part.fit_inputs]
             if learners:
@@ -150,19 +151,27 @@ class ComposedCompressor(Compressor):
 
     # -- fit -----------------------------------------------------------------------------------------
 
+    def shares_projection(self, projection: Compressor) -> bool:
+        """True when ``projection`` is a fitted ``Projection`` with this composition's projection settings."""
+        return (type(projection) is self.Projection and projection.is_fitted
+                and part_settings(projection.config) == part_settings(self.config.projection))
+
+    def reuse_projection(self, projection: Compressor) -> ComposedCompressor:
+        """Fit with ``projection`` instead of fitting a projection: it must be fitted, with this composition's
+        projection settings, on the rows (and supervision) this composition is then fitted on: ``adaptemb bench``
+        fits cllr once for its own row and its compositions. Returns ``self``."""
+        if not self.shares_projection(projection):
+            raise InvalidConfigError(f"{self.name}: reuse_projection takes a fitted {self.Projection.name} with the "
+                                     f"settings {part_settings(self.config.projection)}; got {projection!r}")
+        self._given_projection = projection
+        return self
+
     def _fit(self, x: torch.Tensor, **supervision: Any) -> None:
-        projection = self.Projection(config=self.config.projection)  # type: ignore[attr-defined]
-        own = {key: value for key, value in supervision.items() if key in self.Projection.fit_inputs}
-        rows = x
-        if projection.normalizes_rows:  # it leaves rows without a direction out: do so here, without its warning
-            keep = has_direction(x)[:, 0]
-            rows = x[keep]
-            own = {key: (value[keep] if key == "labels" else value) for key, value in own.items()}
         if self.config.rotation == "pairs" and supervision.get("pairs") is None:
             raise InvalidConfigError(f"{self.name}: rotation='pairs' chooses the rotation by the MRR of labelled pairs; "
                                      "pass pairs=(queries, documents) to fit, or choose rotation='auto', 'random', "
                                      "'itq' or 'none'", parameter="rotation", value="pairs")
-        projection.fit(rows, **own)
+        projection = self._given_projection or self._fit_projection(x, supervision)
         self._projection, self._stages, self._sizes, self._choices = projection, {}, {}, {}
         for rank in self._plan_ranks(x):
             self._stages[rank] = self._fit_stage(x, rank, supervision)
@@ -179,6 +188,17 @@ class ComposedCompressor(Compressor):
             self.fit_report["bits_choice"] = bits_choice
         if self._choices:
             self.fit_report["rotation_choice"] = dict(sorted(self._choices.items()))
+
+    def _fit_projection(self, x: torch.Tensor, supervision: dict[str, Any]) -> Compressor:
+        """A new projection fitted on ``x`` with the supervision it learns from."""
+        projection = self.Projection(config=self.config.projection)  # type: ignore[attr-defined]
+        own = {key: value for key, value in supervision.items() if key in self.Projection.fit_inputs}
+        rows = x
+        if projection.normalizes_rows:  # it leaves rows without a direction out: do so here, without its warning
+            keep = has_direction(x)[:, 0]
+            rows = x[keep]
+            own = {key: (value[keep] if key == "labels" else value) for key, value in own.items()}
+        return projection.fit(rows, **own)
 
     def _fit_stage(self, x: torch.Tensor, rank: int, supervision: dict[str, Any]) -> Stage:
         """The rotation and the quantiser fitted on the rows projected to ``rank``; supervision the quantiser
@@ -332,9 +352,9 @@ class ComposedCompressor(Compressor):
     def _scores(self, quantizer: Compressor, query_codes: Codes, doc_codes: Codes) -> np.ndarray:
         if not (quantizer.symmetric and self.float_queries):
             return quantizer.score(query_codes, doc_codes)
-        if not isinstance(query_codes, DenseCodes) or query_codes.dim != doc_codes.dim:
+        if query_codes.kind != self.query_kind or query_codes.dim != doc_codes.dim:
             raise TypeError(f"{self.name} scores float queries from its encode_queries against its codes")
-        return decoded_inner_products(query_codes.values, doc_codes)
+        return decoded_inner_products(query_codes.to_dense(), doc_codes)
 
     def index_options(self, doc_codes: Codes) -> dict[str, Any]:
         _, quantizer = self._stage_of(doc_codes)
@@ -401,7 +421,7 @@ class ComposedCompressor(Compressor):
             raise UnsupportedExportError(reason)
         rotation, quantizer = self._stage_of_rank(k)
         projection = self._projection.encoder(self._rank(k))
-        values = ProjectedValues(self._projection.encode(torch.ones(1, self._projection.dim), k=self._rank(k)), self.name)
+        values = projected_values(self._projection.encode(torch.ones(1, self._projection.dim), k=self._rank(k)), self.name)
         return ComposedHead(projection, values, rotation, quantizer.encoder(quantizer.budgets().default)).eval()
 
     def encoder_arrays(self, codes: Codes, k: int) -> dict[str, np.ndarray]:

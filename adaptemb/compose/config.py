@@ -113,3 +113,8 @@ def _home(composed: Any, key: str, parts: dict[str, Any], own_names: set[str]) -
     raise InvalidConfigError(f"invalid parameters for {composed.name}: unknown parameter {key!r}{did_you_mean(key, known)}: "
                              f"neither the composition nor its projection {projection} or quantizer {quantizer} has it. "
                              f"Valid: {valid}", parameter=key, valid=valid)
+
+
+def part_settings(config: CompressorConfig) -> dict[str, Any]:
+    """A part's settings as compared when a composition shares its fit: everything but how it shows progress."""
+    return config.model_dump(exclude={"progress"})

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from adaptemb.codes import Codes, DenseCodes, QuantizedCodes
+from adaptemb.codes import Codes
 from adaptemb.compose.levels import SignMagnitude, lift
 from adaptemb.compose.rotation import Rotation
 from adaptemb.compose.stages import rotation_of
@@ -35,7 +35,7 @@ class ComposedHead(torch.nn.Module):
     """Projection head, its float values, the rotation (``(y - center) @ matrix``), the 2-bit planes' values
     where the stage keeps 2 bits per dimension, then the quantiser head."""
 
-    def __init__(self, projection: torch.nn.Module, values: ProjectedValues,
+    def __init__(self, projection: torch.nn.Module, values: torch.nn.Module,
                  transform: Rotation | SignMagnitude | None, quantizer: torch.nn.Module) -> None:
         super().__init__()
         self.projection, self.values, self.quantizer = projection, values, quantizer
@@ -58,22 +58,12 @@ class ComposedHead(torch.nn.Module):
         return tuple(self.quantizer(y))
 
 
-class ProjectedValues(torch.nn.Module):
-    """The projection head's output as float32 values, as its codes' ``to_dense()`` gives them: ``values``
-    (float32 or float16) as they are, int8 ``codes`` as ``offset + scale * code``."""
-
-    def __init__(self, sample: Codes, name: str) -> None:
-        super().__init__()
-        self.quantized = isinstance(sample, QuantizedCodes)
-        if self.quantized:
-            assert isinstance(sample, QuantizedCodes)
-            self.register_buffer("scale", torch.from_numpy(sample.scale.copy()))
-            self.register_buffer("offset", torch.from_numpy(sample.offset.copy()))
-        elif not isinstance(sample, DenseCodes):
-            raise UnsupportedExportError(f"{name}: its projection emits {sample.kind} codes; the ONNX export of a "
-                                         "composition takes a projection emitting dense or int8 values")
-
-    def forward(self, outputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        if self.quantized:
-            return self.offset + self.scale * outputs["codes"].to(torch.float32)
-        return outputs["values"].to(torch.float32)
+def projected_values(sample: Codes, name: str) -> torch.nn.Module:
+    """The module from the projection head's outputs to float32 values, as its codes' ``to_dense()`` gives them
+    (the kind's ``onnx_values``: dense values widened, int8 codes dequantised with their calibration); a kind
+    without float values in a graph is refused, naming the composition."""
+    values = sample.onnx_values()
+    if values is None:
+        raise UnsupportedExportError(f"{name}: its projection emits {sample.kind} codes; the ONNX export of a "
+                                     "composition takes a projection emitting dense or int8 values")
+    return values

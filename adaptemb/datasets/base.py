@@ -14,7 +14,11 @@ class Dataset:
 
     ``qrels[i, j] > 0`` is the relevance grade of corpus row ``j`` for query ``i`` (a (q, n)
     scipy CSR matrix). ``labels`` are corpus class labels and ``query_labels`` query class labels,
-    used for 1-NN classification when present.
+    used for 1-NN classification when present. ``query_ids`` / ``corpus_ids`` are the dataset's own ids
+    of the rows (strings; None: row numbers are the ids), used in saved TREC runs. ``judged`` marks the
+    queries the metrics average over, as trec_eval does: every query with a judgement, a query judged only
+    non-relevant counting 0 (None: the queries with a relevant row). ``notes`` are what reading the dataset
+    did that a report should say (queries left out, embeddings read from a cache, ...).
     """
 
     name: str
@@ -25,6 +29,10 @@ class Dataset:
     query_labels: np.ndarray | None = None
     description: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
+    query_ids: np.ndarray | None = None
+    corpus_ids: np.ndarray | None = None
+    judged: np.ndarray | None = None
+    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name in ("corpus", "queries"):
@@ -44,10 +52,32 @@ class Dataset:
             labels = getattr(self, name)
             if labels is not None and (labels.shape != (rows,) or labels.dtype.kind not in "iu"):
                 raise ValueError(f"dataset {self.name!r}: {name} must be an integer array of shape ({rows},)")
+        self.query_ids = _ids(self.query_ids, len(self.queries), f"dataset {self.name!r}: query_ids")
+        self.corpus_ids = _ids(self.corpus_ids, len(self.corpus), f"dataset {self.name!r}: corpus_ids")
+        if self.judged is not None:
+            self.judged = np.asarray(self.judged)
+            if self.judged.shape != (len(self.queries),) or self.judged.dtype != np.bool_:
+                raise ValueError(f"dataset {self.name!r}: judged must be a bool array of shape ({len(self.queries)},)")
+            if (self.has_relevant() & ~self.judged).any():
+                raise ValueError(f"dataset {self.name!r}: judged leaves out a query that has a relevant row")
 
     @property
     def dim(self) -> int:
         return int(self.corpus.shape[1])
+
+    def has_relevant(self) -> np.ndarray:
+        """bool (q,): the queries with at least one relevant corpus row."""
+        return np.asarray((self.qrels > 0).sum(axis=1)).ravel() > 0
+
+    def evaluated(self) -> np.ndarray:
+        """bool (q,): the queries the metrics average over (``judged``, else those with a relevant row)."""
+        return self.has_relevant() if self.judged is None else self.judged
+
+    def row_ids(self, which: str) -> list[str]:
+        """The ids of the ``"queries"`` or ``"corpus"`` rows: the dataset's own, else row numbers."""
+        ids = self.query_ids if which == "queries" else self.corpus_ids
+        rows = len(self.queries) if which == "queries" else len(self.corpus)
+        return [str(row) for row in range(rows)] if ids is None else ids.tolist()
 
     @classmethod
     def from_gold(cls, name: str, corpus: np.ndarray, queries: np.ndarray, gold: np.ndarray, **extra: object) -> Dataset:
@@ -61,3 +91,16 @@ class Dataset:
             (np.ones(len(gold), dtype=np.float32), (np.arange(len(gold)), gold)), shape=(len(queries), len(corpus))
         )
         return cls(name=name, corpus=corpus, queries=queries, qrels=qrels, **extra)  # type: ignore[arg-type]
+
+
+def _ids(ids: np.ndarray | None, rows: int, what: str) -> np.ndarray | None:
+    """Row ids as a (rows,) array of distinct strings."""
+    if ids is None:
+        return None
+    ids = np.asarray(ids)
+    if ids.shape != (rows,) or ids.dtype.kind not in "iuUS":
+        raise ValueError(f"{what} must be integer or string ids of shape ({rows},); got {ids.shape}, {ids.dtype}")
+    text = np.char.decode(ids, "utf-8") if ids.dtype.kind == "S" else ids.astype(str)
+    if len(set(text.tolist())) != rows:
+        raise ValueError(f"{what} holds duplicate ids; each row needs its own id")
+    return text

@@ -216,7 +216,7 @@ def dataset_from_arrays(arrays: Mapping[str, np.ndarray], *, name: str, seed: in
         extra = sorted(set(arrays) - {"corpus", "labels", "corpus_ids"})
         if extra:
             raise ValueError(f"dataset {name!r}: {', '.join(extra)} given without 'queries' (q, d)")
-        return holdout_dataset(corpus, name=name, labels=labels, seed=seed)
+        return holdout_dataset(corpus, name=name, labels=labels, seed=seed, ids=arrays.get("corpus_ids"))
     queries = as_embeddings(arrays["queries"], "queries", dim=corpus.shape[1])
     try:
         qrels = _relevance(arrays, len(queries), len(corpus))
@@ -226,7 +226,8 @@ def dataset_from_arrays(arrays: Mapping[str, np.ndarray], *, name: str, seed: in
         raise ValueError(f"{err} (ignored unknown array(s): {', '.join(ignored)})") from None
     query_labels = _labels(arrays.get("query_labels"), len(queries), "query_labels")
     metadata = {"ignored_arrays": ", ".join(ignored)} if ignored else {}
-    return Dataset(name, corpus, queries, qrels, labels=labels, query_labels=query_labels, metadata=metadata)
+    return Dataset(name, corpus, queries, qrels, labels=labels, query_labels=query_labels, metadata=metadata,
+                   query_ids=arrays.get("query_ids"), corpus_ids=arrays.get("corpus_ids"))
 
 
 def as_embeddings(array: np.ndarray, what: str, dim: int | None = None) -> np.ndarray:
@@ -268,9 +269,10 @@ def holdout_split(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def holdout_dataset(
-    corpus: np.ndarray, *, name: str, labels: np.ndarray | None = None, seed: int = 0
+    corpus: np.ndarray, *, name: str, labels: np.ndarray | None = None, seed: int = 0, ids: np.ndarray | None = None
 ) -> Dataset:
-    """Format (c): held-out rows become queries; relevant = their exact top-10 inner-product neighbours."""
+    """Format (c): held-out rows become queries; relevant = their exact top-10 inner-product neighbours (``ids``:
+    the rows' ids, split alongside)."""
     query_rows, corpus_rows = holdout_split(len(corpus), seed)
     queries, rest = corpus[query_rows], corpus[corpus_rows]
     top = exact_top_k(queries, rest, HOLDOUT_NEIGHBOURS)
@@ -285,6 +287,8 @@ def holdout_dataset(
         qrels,
         labels=None if labels is None else labels[corpus_rows],
         query_labels=None if labels is None else labels[query_rows],
+        query_ids=None if ids is None else np.asarray(ids)[query_rows],
+        corpus_ids=None if ids is None else np.asarray(ids)[corpus_rows],
         description=f"corpus only: {len(queries)} held-out rows (seed {seed}) judged against their exact "
         f"top-{HOLDOUT_NEIGHBOURS} inner-product neighbours",
         metadata={"relevance": f"exact top-{HOLDOUT_NEIGHBOURS} inner product", "holdout_seed": str(seed)},

@@ -90,10 +90,22 @@ class Synset:
     lemmas: tuple[str, ...]
     definition: str
     examples: tuple[str, ...]
+    hypernyms: tuple[str, ...] = ()
+    """``synset_id`` of each hypernym (``@``) and instance hypernym (``@i``) of this synset."""
 
     @property
     def lexname(self) -> str:
         return LEXNAMES[self.lexname_id]
+
+    @property
+    def synset_id(self) -> str:
+        """``n02084071``: the file's part of speech (satellites ``s`` are in ``data.adj``: ``a``) and the offset."""
+        return synset_id(self.pos, self.offset)
+
+
+def synset_id(pos: str, offset: int) -> str:
+    """A synset's id across the four data files: ``{n|v|a|r}{offset:08d}``."""
+    return f"{'a' if pos == 's' else pos}{offset:08d}"
 
 
 def parse_data_line(line: str) -> Synset:
@@ -107,7 +119,10 @@ def parse_data_line(line: str) -> Synset:
     lemmas = tuple(_ADJ_MARKER.sub("", word).replace("_", " ") for word in words)
     definition = gloss.split('"', 1)[0].strip().rstrip(";").strip()
     examples = tuple(example.strip() for example in _EXAMPLE.findall(gloss) if example.strip())
-    return Synset(int(fields[0]), fields[2], int(fields[1]), lemmas, definition, examples)
+    start = 5 + 2 * word_count  # after the words: the pointer count, then (symbol, offset, pos, source/target)
+    pointers = [fields[start + 4 * i : start + 4 * i + 3] for i in range(int(fields[start - 1]))]
+    hypernyms = tuple(synset_id(pos, int(offset)) for symbol, offset, pos in pointers if symbol in ("@", "@i"))
+    return Synset(int(fields[0]), fields[2], int(fields[1]), lemmas, definition, examples, hypernyms)
 
 
 def read_wordnet(folder: str | Path = WORDNET_DIR) -> list[Synset]:

@@ -3,8 +3,8 @@ prepared once for every method) and ``BenchResult`` (everything it measured)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+import copy
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -13,7 +13,9 @@ from adaptemb.codes import Codes
 from adaptemb.datasets import Dataset
 from adaptemb.evaluate.metrics import Row
 from adaptemb.evaluate.scale import ScaleConfig
+from adaptemb.evaluate.steps import StepLog
 from adaptemb.method import Compressor
+from adaptemb.ranking import TopK
 
 
 @dataclass
@@ -34,7 +36,7 @@ class BenchConfig:
     seed: int = 0
     batch_size: int = 512
     warmup: int = 1
-    rounds: int = 5
+    rounds: int = 3
     loo_queries: int = 1000
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     fit_progress: bool = True
@@ -44,6 +46,9 @@ class BenchConfig:
     default: a dataset's labels are its 1-NN evaluation's, and class labels need not help retrieval."""
     scale: ScaleConfig | None = None
     """With a config, also run the scale study (``adaptemb.evaluate.scale``) on the fitted methods."""
+    keep_rankings: bool = False
+    """Keep each main-table row's ranking (scores and ids at ``depth``) in ``BenchResult.rankings`` (for saved
+    TREC runs: ``adaptemb.evaluate.runs``)."""
 
 
 @dataclass
@@ -65,9 +70,14 @@ class BenchResult:
     every method and faiss baseline at N rows; whenever a scale study ran)."""
     corpus_recommendation: list[Row] = field(default_factory=list)
     """With a scale study: the recommendation the main table's rows alone would give (for comparison)."""
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    """Every step of the run (``adaptemb.evaluate.steps.Step``): its kind, label, method, budget and wall seconds."""
+    rankings: list[tuple[Row, TopK]] = field(default_factory=list)
+    """With ``BenchConfig.keep_rankings``: (row of ``rows``, its (scores, ids) best first) per row; not in
+    ``as_dict``."""
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name != "rankings"}
 
 
 @dataclass
@@ -81,12 +91,23 @@ class RunContext:
     queries: np.ndarray
     exact_ids: np.ndarray
     loo_rows: np.ndarray | None
-    progress: Callable[[str], None]
+    steps: StepLog
+    """Times each step and tells the progress display (``adaptemb.evaluate.steps``)."""
     notes: list[str]
     supervision: dict[str, Any]
     """What ``fit`` gets besides the rows, for the methods that learn from it (``fit_supervision``)."""
     stores: dict[str, Codes | np.ndarray] = field(default_factory=dict)
     fitted: dict[str, Compressor] = field(default_factory=dict)
     """The first fit of each method (the one that serves every budget it supports)."""
+    fit_seconds: dict[str, float] = field(default_factory=dict)
+    """The seconds of each method's first fit (what a composition that shares it adds to its own)."""
     benched: list[tuple[Compressor, int | None, float]] = field(default_factory=list)
     """(fitted compressor, budget, fit seconds) of every main-table codes row, in order: the scale study's plan."""
+    rankings: list[tuple[Row, TopK]] = field(default_factory=list)
+    """With ``BenchConfig.keep_rankings``: each row and its ranking (``keep_ranking``)."""
+
+    def keep_ranking(self, row: Row, scores: np.ndarray, ids: np.ndarray) -> Row:
+        """Keep ``row``'s ranking when the config asks for it; returns ``row``."""
+        if self.config.keep_rankings:
+            self.rankings.append((row, (scores, ids)))
+        return row

@@ -18,7 +18,7 @@ from adaptemb.evaluate.metrics import (
     one_nn_accuracy,
 )
 from adaptemb.index import FunnelIndex
-from adaptemb.index.bound import CompressedIndex
+from adaptemb.indexing import CompressedIndex
 from adaptemb.method import Compressor
 from adaptemb.ranking import neighbour_recall_at_k
 from adaptemb.registry import get_registry
@@ -40,10 +40,11 @@ def rerank_rows(compressor: Compressor, index: CompressedIndex, queries: Codes, 
         if store is None:
             continue
         funnel = FunnelIndex(index, store, shortlist=ctx.config.shortlist)
-        _, ids = funnel.search(queries, ctx.queries, ctx.config.depth)
+        scores, ids = funnel.search(queries, ctx.queries, ctx.config.depth)
         row = _measure_funnel(ctx, funnel, queries, ids, docs, store)
-        rows.append({**base, "variant": f"rerank-{store_name}", **row,
-                     "note": f"shortlist {ctx.config.shortlist} by {compressor.name} codes, rerank with {store_name}"})
+        rows.append(ctx.keep_ranking({**base, "variant": f"rerank-{store_name}", **row, "note":
+                                      f"shortlist {ctx.config.shortlist} by {compressor.name} codes, rerank with {store_name}"},
+                                     scores, ids))
     return rows
 
 
@@ -73,7 +74,8 @@ def _measure_funnel(ctx: RunContext, funnel: FunnelIndex, queries: Codes, ids: n
     store_bytes = store.bytes_per_vector if isinstance(store, Codes) else 4.0 * store.shape[1]
     total = docs.bytes_per_vector + store_bytes
     return {
-        **evaluate_ranking(ids, ctx.data.qrels).as_dict(), PER_QUERY_NDCG: judged_ndcg_at_10(ids, ctx.data.qrels),
+        **evaluate_ranking(ids, ctx.data.qrels, ctx.data.judged).as_dict(),
+        PER_QUERY_NDCG: judged_ndcg_at_10(ids, ctx.data.qrels, ctx.data.judged),
         "neighbour_recall_at_10": float(np.mean(neighbour_recall_at_k(ids, ctx.exact_ids, 10))),
         "one_nn_accuracy": one_nn_accuracy(ids[:, 0], ctx.data.labels, ctx.data.query_labels)
         if ctx.data.labels is not None and ctx.data.query_labels is not None else None,

@@ -6,8 +6,10 @@ Conventions follow trec_eval / pytrec_eval as BEIR and MTEB use them:
   grade is > 0;
 * NDCG@k uses linear gain (the grade itself) and the log2 discount: ``DCG = sum_i grade_i / log2(i + 1)``
   over ranks ``i = 1..k``; the ideal DCG sorts the query's own grades from ``qrels``;
-* queries without any relevant row are left out of the means (``evaluate_ranking`` reports how many
-  counted); the per-query functions return NaN for them.
+* the means are over the *evaluated* queries (``evaluate_ranking`` reports how many): by default those with a
+  relevant row; with ``judged`` (``Dataset.judged``), every query that has a judgement, as trec_eval averages
+  over the queries of its qrels, a query judged only non-relevant counting 0. The per-query functions return
+  NaN for a query without a relevant row.
 
 Every per-query function takes ``ranked_ids`` (q, K) of corpus row ids, best first (K >= the cut-off).
 """
@@ -67,14 +69,27 @@ def ndcg_at_k(ranked_ids: np.ndarray, qrels: sp.csr_matrix, k: int = 10) -> np.n
 
 PER_QUERY_NDCG = "ndcg_at_10_per_query"
 """The row key of a bench row's per-query NDCG@10 (``judged_ndcg_at_10``), kept for the recommendation's paired
-bootstrap; in results.json, not printed."""
+bootstrap; written to per_query.npz beside results.json (``adaptemb.evaluate.report.write_json``), not printed."""
 
 
-def judged_ndcg_at_10(ranked_ids: np.ndarray, qrels: sp.csr_matrix) -> list[float]:
-    """NDCG@10 of each judged query (one with a relevant row; the queries ``evaluate_ranking`` averages), in query
-    order, rounded to 6 decimals: the per-query values of a row's mean NDCG@10."""
+def judged_ndcg_at_10(ranked_ids: np.ndarray, qrels: sp.csr_matrix, judged: np.ndarray | None = None) -> list[float]:
+    """NDCG@10 of each evaluated query (the queries ``evaluate_ranking`` averages), in query order, rounded to 6
+    decimals: the per-query values of a row's mean NDCG@10."""
     values = ndcg_at_k(ranked_ids, qrels, 10)
-    return np.round(values[~np.isnan(values)], 6).tolist()  # type: ignore[no-any-return]
+    mask = _evaluated(sp.csr_matrix(qrels), judged)
+    return np.round(np.nan_to_num(values[mask]), 6).tolist()  # type: ignore[no-any-return]
+
+
+def _evaluated(qrels: sp.csr_matrix, judged: np.ndarray | None) -> np.ndarray:
+    """The queries the means are over: ``judged`` (which must hold every query with a relevant row), else the
+    queries with a relevant row."""
+    relevant = _relevant_counts(qrels) > 0
+    if judged is None:
+        return relevant
+    judged = np.asarray(judged, dtype=bool)
+    if judged.shape != relevant.shape or (relevant & ~judged).any():
+        raise ValueError(f"judged must be a bool ({len(relevant)},) mask holding every query with a relevant row")
+    return judged
 
 
 def recall_at_k(ranked_ids: np.ndarray, qrels: sp.csr_matrix, k: int) -> np.ndarray:
@@ -147,16 +162,17 @@ class RankingMetrics:
         return asdict(self)
 
 
-def evaluate_ranking(ranked_ids: np.ndarray, qrels: sp.csr_matrix) -> RankingMetrics:
-    """NDCG@10, Recall@10, Recall@100 (at min(100, K)) and MRR@10 averaged over judged queries."""
+def evaluate_ranking(ranked_ids: np.ndarray, qrels: sp.csr_matrix, judged: np.ndarray | None = None) -> RankingMetrics:
+    """NDCG@10, Recall@10, Recall@100 (at min(100, K)) and MRR@10 averaged over the evaluated queries (``judged``,
+    else those with a relevant row; a judged query without one counts 0)."""
     qrels = sp.csr_matrix(qrels)
     deep = min(100, np.asarray(ranked_ids).shape[1])
-    judged = _relevant_counts(qrels) > 0
-    if not judged.any():
+    if not (_relevant_counts(qrels) > 0).any():
         raise ValueError("no query has a relevant corpus row (every qrels grade is <= 0)")
+    judged = _evaluated(qrels, judged)
 
     def mean(values: np.ndarray) -> float:
-        return float(np.mean(values[judged]))
+        return float(np.mean(np.nan_to_num(values[judged])))
 
     return RankingMetrics(
         ndcg_at_10=mean(ndcg_at_k(ranked_ids, qrels, 10)),

@@ -1,212 +1,91 @@
-"""Bench output: a rich terminal table, JSON and CSV (every number + the machine), PNG plots, a Markdown report.
-
-The terminal tables have a compact default that fits a 100-column terminal without truncating a cell
-(``print_table(result, console)``: method, k, bytes/vec, NDCG@10, R@10, ms/query, fit s; the recommendation two
-lines per byte budget) and a wide mode with every column (``print_table(result, console, wide=True)``). Cells
-never end in rich's ellipsis: a cell too long for its column folds onto another line. The ``k`` column is the
-row's budget k and, where its codes declare them (``Codes.value_bits``), the bits of each stored value: ``8·2b`` is
-csr at 8 active latents of 2-bit values, ``10·1b`` bsa at 10 active features (binary). Every plot colours a
-method the same way (``adaptemb.evaluate.colours.method_colour``).
+"""Bench files: JSON and CSV (every number + the machine), the per-query NDCG@10 in a compressed ``per_query.npz``,
+PNG plots, a Markdown report (``write_report``). The terminal's tables are ``adaptemb.evaluate.terminal``'s. Every
+plot colours a method the same way (``adaptemb.evaluate.colours.method_colour``).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from rich.console import Console
-from rich.table import Table
 
+from adaptemb.datasets import Dataset
 from adaptemb.evaluate.colours import method_colours
+from adaptemb.evaluate.columns import (
+    COLUMNS,
+    MACHINE_COLUMNS,
+    RECOMMENDATION_TITLES,
+    SCALE_COLUMNS,
+    cell_text,
+    recommendation_cells,
+)
+from adaptemb.evaluate.context import BenchResult
 from adaptemb.evaluate.machine import describe
 from adaptemb.evaluate.metrics import PER_QUERY_NDCG, Row
 from adaptemb.evaluate.recommend import SEARCH_TIE, TOLERANCE, pareto_front, row_label
-from adaptemb.evaluate.runner import BenchResult
 from adaptemb.serialization import atomic_write
 
-_COLUMN_SPECS: dict[str, tuple[str, str, str]] = {key: (title, key, fmt) for title, key, fmt in [
-    ("method", "method", "{}"),
-    ("method", "_label", "{}"),  # the method with its rerank variant joined
-    ("k", "k", "{}"),
-    ("k", "_k_bits", "{}"),  # the budget k and, where the codes declare them, the bits per value: 8·2b
-    ("variant", "variant", "{}"),
-    ("backend", "backend", "{}"),
-    ("active", "active_dims", "{:.0f}"),
-    ("bytes/vec", "bytes_per_vector", "{:.1f}"),
-    ("NDCG@10", "ndcg_at_10", "{:.4f}"),
-    ("R@10", "recall_at_10", "{:.4f}"),
-    ("R@100", "recall_at_100", "{:.4f}"),
-    ("MRR@10", "mrr_at_10", "{:.4f}"),
-    ("NN-R@10", "neighbour_recall_at_10", "{:.3f}"),
-    ("1-NN acc", "one_nn_accuracy", "{:.4f}"),
-    ("ratio", "compression_ratio", "{:.1f}x"),
-    ("ms/query", "latency_per_query_ms", "{:.4f}"),
-    ("vs flat", "speedup_vs_flat", "{:.1f}x"),
-    ("batch p10–p90 s", "_spread", "{}"),
-    ("fit s", "fit_s", "{:.2f}"),
-    ("encode s", "encode_s", "{:.1f}"),
-    ("build s", "index_build_s", "{:.2f}"),
-    ("index MB", "index_mb", "{:.1f}"),
-    ("peak MB", "peak_memory_mb", "{:.0f}"),
-    ("= score()", "_score_check", "{}"),
-]}
-"""Each column once: (column title, row key, format) as the terminal and Markdown tables show it."""
+PER_QUERY_FILE = "per_query.npz"
+"""Written beside ``results.json``: each row's per-query NDCG@10 (``PER_QUERY_NDCG``) as a float32 array named
+``row_<i>`` (``rows[i]``) or ``scale_<i>`` (``scale[i]``), and ``query_ids`` when the dataset has ids."""
 
 
-def _columns(keys: str) -> list[tuple[str, str, str]]:
-    return [_COLUMN_SPECS[key] for key in keys.split()]
+def write_json(result: BenchResult, path: Path, *, query_ids: Sequence[str] | None = None) -> Path:
+    """Everything but the per-query lists: dataset, config, machine, rows (with fit reports), notes, scale sweep.
 
-
-COLUMNS = _columns("method _k_bits variant active_dims ndcg_at_10 recall_at_10 recall_at_100 mrr_at_10 "
-                   "neighbour_recall_at_10 one_nn_accuracy bytes_per_vector compression_ratio latency_per_query_ms "
-                   "_spread fit_s")
-"""The main table's columns (``print_table(..., wide=True)`` and the Markdown report)."""
-SCALE_COLUMNS = _columns("method _k_bits backend bytes_per_vector ndcg_at_10 recall_at_10 neighbour_recall_at_10 "
-                         "latency_per_query_ms speedup_vs_flat encode_s index_build_s index_mb peak_memory_mb _score_check")
-"""The scale study's columns (``adaptemb bench --scale N``)."""
-COMPACT_COLUMNS = _columns("_label _k_bits bytes_per_vector ndcg_at_10 recall_at_10 latency_per_query_ms fit_s")
-"""The terminal table's default columns (``print_table(..., wide=False)``); rerank variants join the method."""
-COMPACT_SCALE_COLUMNS = _columns("method _k_bits bytes_per_vector ndcg_at_10 recall_at_10 neighbour_recall_at_10 "
-                                 "latency_per_query_ms speedup_vs_flat index_build_s")
-"""The scale table's default columns in the terminal."""
-_LEFT = ("method", "_label", "variant", "backend")
-_MACHINE_COLUMNS = ("cpu", "cpu_cores_usable", "gpu")
-RECOMMENDATION_TITLES = ("≤ bytes/vec", "best NDCG@10", "bytes/vec", "margin", "margin 95% CI", "runner-up", "fit s",
-                         "recommended", f"fastest within {TOLERANCE} (ms/query)")
-
-
-def recommendation_cells(entry: Row) -> list[str]:
-    """One recommendation entry as table cells (see ``adaptemb.evaluate.recommend``)."""
-    best, runner, fastest = entry["best"], entry["runner_up"], entry["fastest"]
-    budget = f"{entry['budget_bytes']:g}"
-    if best is None:
-        return [budget, "nothing fits (reasons below)", "—", "—", "—", "—", "—", "—", "—"]
-    runner_cell = "—" if runner is None else f"{runner['label']} ({runner['ndcg_at_10']:.4f})"
-    margin = "—" if entry["margin"] is None else f"+{entry['margin']:.4f}"
-    fit = "—" if best.get("fit_s") is None else f"{best['fit_s']:.2f}"
-    fast = "—" if fastest is None else (
-        f"{fastest['label']} ({fastest['latency_per_query_ms']:.4f} ms, {fastest['ndcg_at_10']:.4f})")
-    return [budget, f"{best['label']} ({best['ndcg_at_10']:.4f})", f"{best['bytes_per_vector']:.1f}", margin,
-            interval_text(entry) or "—", runner_cell, fit, pick_text(entry) or best["label"], fast]
-
-
-def interval_text(entry: Row) -> str:
-    """``"95% CI [+0.0012, +0.0081]"``: the margin's paired-bootstrap interval ('' without one)."""
-    interval = entry.get("margin_interval")
-    return "" if interval is None else f"95% CI [{interval[0]:+.4f}, {interval[1]:+.4f}]"
-
-
-def pick_text(entry: Row) -> str:
-    """What the recommendation picks: ``"clear: <best>"``, or ``"within noise: <row> (cheaper)"`` ('' without an
-    interval; ``adaptemb.evaluate.recommend`` states the rule)."""
-    if entry.get("within_noise") is None:
-        return ""
-    label = entry["recommended"]["label"]
-    return f"within noise: {label} (cheaper)" if entry["within_noise"] else f"clear: {label}"
-
-
-COMPACT_RECOMMENDATION_TITLES = ("≤ B/vec", "best: NDCG@10 · bytes · fit; pick", "runner-up (margin, 95% CI)",
-                                 f"fastest within {TOLERANCE}")
-
-
-def compact_recommendation_cells(entry: Row) -> list[str]:
-    """One recommendation entry as four cells of two or three lines: budget, best (and the pick), runner-up (and
-    the margin's interval), fastest (a 100-column table)."""
-    best, runner, fastest = entry["best"], entry["runner_up"], entry["fastest"]
-    budget = f"{entry['budget_bytes']:g}"
-    if best is None:
-        return [budget, "nothing fits\n(reasons below)", "—", "—"]
-    fit = "" if best.get("fit_s") is None else f" · fit {best['fit_s']:.1f} s"
-    best_cell = "\n".join(filter(None, [best["label"], f"{best['ndcg_at_10']:.4f} · {best['bytes_per_vector']:g} B{fit}",
-                                         pick_text(entry)]))
-    runner_cell = "—" if runner is None else "\n".join(filter(None, [
-        runner["label"], f"{runner['ndcg_at_10']:.4f} (+{entry['margin']:.4f})", interval_text(entry)]))
-    fast_cell = "—" if fastest is None else (
-        f"{fastest['label']}\n{fastest['ndcg_at_10']:.4f} · {fastest['latency_per_query_ms']:.4f} ms/query")
-    return [budget, best_cell, runner_cell, fast_cell]
-
-
-def recommendation_title(result: BenchResult) -> str:
-    """What the recommendation ranks: the main table's rows, or the scale study's rows at N rows."""
-    if result.recommendation_rows == "scale" and result.scale:
-        return (f"recommendation at {result.scale[0]['n']:,} rows (the scale study's rows): the best NDCG@10 among "
-                "rows of at most B bytes per vector")
-    return "recommendation: the best NDCG@10 among all rows of at most B bytes per vector"
-
-
-def _cell(row: Row, key: str, fmt: str) -> str:
-    if key == "_label":
-        variant = row.get("variant", "codes")
-        return row["method"] if variant in ("codes", "reference", "scale") else f"{row['method']} + {variant}"
-    if key == "_spread":
-        return f"{row['latency_p10_s']:.4f}–{row['latency_p90_s']:.4f}"
-    if key == "_k_bits":
-        budget = _cell(row, "k", "{}")
-        return budget if row.get("k") is None or row.get("value_bits") is None else f"{budget}·{row['value_bits']}b"
-    if key == "_score_check":
-        check = row.get("score_check")
-        return "—" if not check else f"{check['identical_top_10']:.1%} of {check['queries']}"
-    value = row.get(key)
-    if value is None:
-        reference = row.get("method") == "float32" or str(row.get("method")).startswith("faiss-")
-        if key != "k" or reference:
-            return "—"
-        return "fixed"  # a fixed-size method (int8, binary): no budget
-    return fmt.format(value)
-
-
-def _table(title: str, columns: list[tuple[str, str, str]], rows: list[Row], caption: str | None = None) -> Table:
-    """A rich table whose cells fold onto further lines instead of ending in an ellipsis."""
-    table = Table(title=title, caption=caption)
-    for name, key, _ in columns:
-        table.add_column(name, justify="left" if key in _LEFT else "right", overflow="fold")
-    for row in rows:
-        table.add_row(*(_cell(row, key, fmt) for _, key, fmt in columns))
-    return table
-
-
-def print_table(result: BenchResult, console: Console | None = None, *, wide: bool = False) -> None:
-    """The rows, the scale study and the recommendation as rich tables, then the notes.
-
-    Default: the compact columns (``COMPACT_COLUMNS``, ``COMPACT_SCALE_COLUMNS``, the recommendation two lines per
-    budget), which fit a 100-column terminal. ``wide=True``: every column (``COLUMNS``, ``SCALE_COLUMNS``,
-    ``RECOMMENDATION_TITLES``), as in ``report.md``. No cell is cut short in either mode: a long one folds."""
-    console = console or Console()
-    d = result.dataset
-    title = f"adaptemb bench — {d['name']} ({d['corpus']:,} docs, {d['queries']:,} queries, d={d['dim']})"
-    caption = f"{describe(result.machine)}; whole run {result.total_s:.1f}s"
-    console.print(_table(title, COLUMNS if wide else COMPACT_COLUMNS, result.rows, caption))
-    if result.scale:
-        scale_title = f"scale study: {result.scale[0]['n']:,} rows (corpus + noise-perturbed copies)"
-        console.print(_table(scale_title, SCALE_COLUMNS if wide else COMPACT_SCALE_COLUMNS, result.scale))
-    if result.recommendation:
-        console.print(recommendation_table(result, wide=wide))
-    for note in result.notes:
-        console.print(f"[dim]note: {note}[/dim]")
-
-
-def recommendation_table(result: BenchResult, *, wide: bool = False) -> Table:
-    """The recommendation as a rich table: two-line cells by default, one line per budget with ``wide``."""
-    verdict = Table(title=recommendation_title(result))
-    titles = RECOMMENDATION_TITLES if wide else COMPACT_RECOMMENDATION_TITLES
-    right = ("≤ bytes/vec", "bytes/vec", "margin", "fit s", "≤ B/vec")
-    for title in titles:
-        verdict.add_column(title, justify="right" if title in right else "left", overflow="fold")
-    for entry in result.recommendation:
-        verdict.add_row(*(recommendation_cells(entry) if wide else compact_recommendation_cells(entry)))
-    return verdict
-
-
-def write_json(result: BenchResult, path: Path) -> Path:
-    """Everything: dataset, config, machine, rows (with fit reports), notes, scale sweep."""
-    text = json.dumps(result.as_dict(), indent=2, default=str) + "\n"
+    The rows' per-query NDCG@10 go to ``PER_QUERY_FILE`` beside ``path`` (``write_per_query``), with ``query_ids``
+    (the ids of the queries the main rows' values are over, ``evaluated_query_ids``); a stale one is removed when
+    no row has them."""
+    data = result.as_dict()
+    arrays = split_per_query(data)
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    beside = path.with_name(PER_QUERY_FILE)
+    if arrays:
+        write_per_query(arrays, beside, query_ids=query_ids)
+    else:
+        beside.unlink(missing_ok=True)
     return atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def split_per_query(data: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Take the per-query NDCG@10 lists out of a results dict's ``rows`` and ``scale`` rows (in place), as float32
+    arrays named ``row_<i>`` / ``scale_<i>`` after the row's index."""
+    arrays: dict[str, np.ndarray] = {}
+    for section, prefix in (("rows", "row"), ("scale", "scale")):
+        for i, row in enumerate(data.get(section) or []):
+            values = row.pop(PER_QUERY_NDCG, None)
+            if values is not None:
+                arrays[f"{prefix}_{i}"] = np.asarray(values, dtype=np.float32)
+    return arrays
+
+
+def write_per_query(arrays: dict[str, np.ndarray], path: Path, *, query_ids: Sequence[str] | None = None) -> Path:
+    """``arrays`` (and ``query_ids`` as strings) into one compressed ``.npz`` (``np.load`` reads it, no pickle)."""
+    named = dict(arrays)
+    if query_ids is not None:
+        named["query_ids"] = np.asarray([str(q) for q in query_ids], dtype=str)
+
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as f:  # a file object: numpy would append ".npz" to the temporary name
+            np.savez_compressed(f, **named)
+
+    return atomic_write(path, write)
+
+
+def evaluated_query_ids(data: Dataset) -> list[str] | None:
+    """The dataset's own ids of the queries a row's per-query values are over (``Dataset.evaluated``, in order);
+    None for a dataset without query ids (the values are then in the order of the queries with a relevant row)."""
+    if data.query_ids is None:
+        return None
+    return [str(q) for q, evaluated in zip(data.query_ids.tolist(), data.evaluated()) if evaluated]
 
 
 def write_csv(result: BenchResult, path: Path) -> Path:
@@ -214,7 +93,7 @@ def write_csv(result: BenchResult, path: Path) -> Path:
     keys: list[str] = []
     for row in result.rows:
         keys.extend(k for k in row if k not in keys and k not in ("fit_report", PER_QUERY_NDCG))
-    machine = {f"machine_{k}": _flat(result.machine.get(k)) for k in _MACHINE_COLUMNS}
+    machine = {f"machine_{k}": _flat(result.machine.get(k)) for k in MACHINE_COLUMNS}
     machine.update({f"version_{k}": v for k, v in result.machine["versions"].items()})
 
     def write(tmp: Path) -> None:
@@ -338,7 +217,7 @@ def plot_scale(result: BenchResult, path: Path) -> Path:
 def markdown_table(rows: list[Row], columns: list[tuple[str, str, str]] = COLUMNS) -> str:
     """The rows as a GitHub Markdown table."""
     lines = ["| " + " | ".join(t for t, _, _ in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_cell(r, k, f) for _, k, f in columns) + " |" for r in rows]
+    lines += ["| " + " | ".join(cell_text(r, k, f) for _, k, f in columns) + " |" for r in rows]
     return "\n".join(lines)
 
 
@@ -397,11 +276,12 @@ def _recommendation_markdown(entries: list[Row]) -> list[str]:
     return lines
 
 
-def write_report(result: BenchResult, out_dir: Path) -> dict[str, Path]:
-    """Write JSON, CSV, the PNG plots and ``report.md`` into ``out_dir``; return their paths."""
+def write_report(result: BenchResult, out_dir: Path, *, query_ids: Sequence[str] | None = None) -> dict[str, Path]:
+    """Write JSON (and ``per_query.npz``, with ``query_ids``: ``write_json``), CSV, the PNG plots and ``report.md``
+    into ``out_dir``; return their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {
-        "json": write_json(result, out_dir / "results.json"),
+        "json": write_json(result, out_dir / "results.json", query_ids=query_ids),
         "csv": write_csv(result, out_dir / "results.csv"),
         "quality_vs_bytes": plot_quality(result, out_dir / "quality_vs_bytes.png", x="bytes_per_vector",
                                          xlabel="bytes per vector"),
@@ -409,6 +289,8 @@ def write_report(result: BenchResult, out_dir: Path) -> dict[str, Path]:
                                            xlabel="ms per query"),
         "pareto": plot_pareto(result, out_dir / "pareto.png"),
     }
+    if (out_dir / PER_QUERY_FILE).is_file():
+        files["per_query"] = out_dir / PER_QUERY_FILE
     if result.scale:
         files["scale"] = plot_scale(result, out_dir / "scale.png")
     files["markdown"] = write_markdown(result, out_dir / "report.md", files)

@@ -46,6 +46,7 @@ from adaptemb.evaluate.metrics import (
 )
 from adaptemb.evaluate.recommend import MethodSizes, recommend
 from adaptemb.evaluate.scale import run_scale
+from adaptemb.evaluate.steps import StepListener, StepLog
 from adaptemb.method import Compressor
 from adaptemb.ranking import neighbour_recall_at_k
 from adaptemb.registry import build_index, get_registry
@@ -61,20 +62,24 @@ def check_methods(methods: list[str]) -> None:
         registry.get(name)
 
 
-def run_bench(data: Dataset, config: BenchConfig, progress: Callable[[str], None] | None = None) -> BenchResult:
-    """Run every method × budget of ``config`` on ``data`` and return the rows."""
+def run_bench(data: Dataset, config: BenchConfig,
+              progress: StepListener | Callable[[str], None] | None = None) -> BenchResult:
+    """Run every method × budget of ``config`` on ``data`` and return the rows. ``progress`` hears each step as it
+    starts (``adaptemb.evaluate.steps``: a ``StepListener``, or a callable that takes the step's label)."""
     check_methods(config.methods)
     if config.depth < 10 or config.shortlist < 1:
         raise ValueError("depth must be >= 10 and shortlist >= 1")
     start = time.perf_counter()
-    ctx = _prepare(data, config, progress or (lambda _msg: None))
+    ctx = _prepare(data, config, StepLog(progress, planned=_planned_steps(config)))
     if data.metadata.get("ignored_arrays"):
         ctx.notes.append(f"dataset: ignored array(s) {data.metadata['ignored_arrays']} (not dataset arrays)")
+    ctx.notes.extend(data.notes)
     rows = [_reference_row(ctx)]
     for name in config.methods:
         rows.extend(_bench_method(name, ctx))
     scale = _scale_rows(ctx) if config.scale is not None else []
     budgets = list(config.bytes or RECOMMENDATION_BYTES)
+    ctx.steps.start("recommend", "recommendation: sizes per budget and the margins' intervals")
     sizes = method_sizes(ctx.fitted, budgets, ctx.corpus[: min(len(ctx.corpus), 64)])
     corpus_verdict = recommend(rows, budgets, sizes=sizes, seed=config.seed)
     verdict = recommend(scale, budgets, sizes=sizes, seed=config.seed) if scale else corpus_verdict
@@ -95,7 +100,15 @@ def run_bench(data: Dataset, config: BenchConfig, progress: Callable[[str], None
         notes=list(dict.fromkeys(ctx.notes)),  # once each, in order
         total_s=time.perf_counter() - start,
         scale=scale,
+        steps=ctx.steps.finish(),
+        rankings=ctx.rankings,
     )
+
+
+def _planned_steps(config: BenchConfig) -> int:
+    """The steps a run is expected to take before any method is fitted: the reference row, a fit and a row per
+    budget of each method, and the recommendation (corrected as methods report their rows)."""
+    return 2 + len(config.methods) * (1 + _planned_budgets(config)) + (config.scale is not None)
 
 
 def method_sizes(fitted: dict[str, Compressor], budgets: list[int], sample: np.ndarray) -> dict[str, MethodSizes]:
@@ -143,7 +156,7 @@ def _scale_rows(ctx: RunContext) -> list[Row]:
     else:
         for name, compressor in ctx.fitted.items():
             plan.extend(_scale_budgets(name, compressor, [k for k in wanted if k is not None], ctx))
-    ctx.progress(f"scale study: {ctx.config.scale.rows:,} rows, {len(plan)} method rows and faiss baselines")
+    ctx.steps.start("scale", f"scale study: {ctx.config.scale.rows:,} rows, {len(plan)} method rows and faiss baselines")
     rows = run_scale(ctx.data, list(dict.fromkeys(plan)), ctx.config.scale, ctx.notes)
     for row in rows:
         row["fit_s"] = fit_s.get((row["method"], row["k"]))
@@ -169,7 +182,7 @@ def _scale_budgets(name: str, compressor: Compressor, wanted: list[int], ctx: Ru
     return plan
 
 
-def _prepare(data: Dataset, config: BenchConfig, progress: Callable[[str], None]) -> RunContext:
+def _prepare(data: Dataset, config: BenchConfig, steps: StepLog) -> RunContext:
     corpus = np.ascontiguousarray(data.corpus, dtype=np.float32)
     queries = np.ascontiguousarray(data.queries, dtype=np.float32)
     loo = None
@@ -177,7 +190,7 @@ def _prepare(data: Dataset, config: BenchConfig, progress: Callable[[str], None]
         count = min(config.loo_queries, len(corpus))
         loo = np.sort(np.random.default_rng(config.seed).choice(len(corpus), size=count, replace=False))
     supervision = fit_supervision(data) if config.fit_labels else {}
-    return RunContext(data, config, str(resolve_device(config.device)), corpus, queries, np.empty((0, 10)), loo, progress,
+    return RunContext(data, config, str(resolve_device(config.device)), corpus, queries, np.empty((0, 10)), loo, steps,
                     [], supervision)
 
 
@@ -185,6 +198,24 @@ def fit_supervision(data: Dataset) -> dict[str, Any]:
     """The supervision a dataset brings to the methods that learn from it (``Compressor.fit_inputs``): its corpus
     ``labels`` (a ``Dataset`` holds no pairs: its queries are the evaluation's)."""
     return {} if data.labels is None else {"labels": data.labels}
+
+
+def _planned_budgets(config: BenchConfig) -> int:
+    return len(config.bytes) if config.bytes is not None else len(config.budgets)
+
+
+def _share_projection(compressor: Compressor, ctx: RunContext) -> float:
+    """A composition whose projection this run has fitted already, with the same settings, fits with that projection
+    instead of fitting it again (``reuse_projection``); the seconds that fit took, which the composition's fit time
+    includes (its row says what fitting it alone costs), and a note. 0 when nothing is shared."""
+    part = getattr(compressor, "Projection", None)
+    fitted = ctx.fitted.get(part.name) if part is not None else None
+    if fitted is None or not compressor.shares_projection(fitted):  # type: ignore[attr-defined]
+        return 0.0
+    compressor.reuse_projection(fitted)  # type: ignore[attr-defined]
+    ctx.notes.append(f"{compressor.name}: its projection is the {part.name} row's fit (same rows and settings, fitted "
+                     f"once); its fit time includes that fit's {ctx.fit_seconds[part.name]:.1f}s")
+    return ctx.fit_seconds[part.name]
 
 
 def _fit(compressor: Compressor, ctx: RunContext) -> float:
@@ -198,7 +229,7 @@ def _fit(compressor: Compressor, ctx: RunContext) -> float:
 
 
 def _dataset_info(data: Dataset) -> dict[str, Any]:
-    judged = int((np.asarray((data.qrels > 0).sum(axis=1)).ravel() > 0).sum())
+    judged = int(data.evaluated().sum())
     return {
         "name": data.name, "corpus": len(data.corpus), "queries": len(data.queries), "dim": data.dim,
         "judged_queries": judged, "labels": data.labels is not None, "query_labels": data.query_labels is not None,
@@ -210,21 +241,24 @@ def _dataset_info(data: Dataset) -> dict[str, Any]:
 
 
 def _reference_row(ctx: RunContext) -> Row:
-    ctx.progress(f"{REFERENCE}: exact search on the full-precision embeddings")
+    ctx.steps.start("reference", f"{REFERENCE}: exact search on the full-precision embeddings", method=REFERENCE)
     docs, queries = DenseCodes(ctx.corpus), DenseCodes(ctx.queries)
     index, build_s = timed(lambda: build_index(docs, device=ctx.device, query_batch=ctx.config.batch_size))
-    _, ids = index.search(queries, ctx.config.depth)
+    scores, ids = index.search(queries, ctx.config.depth)
     ctx.exact_ids = ids[:, :10]
     loo = DenseCodes(ctx.corpus[ctx.loo_rows]) if ctx.loo_rows is not None else None
     row = _measure(ctx, index, queries, ids, docs, loo)
-    return {"method": REFERENCE, "k": None, "variant": "reference", **row, "fit_s": 0.0, "encode_vectors_per_s": None,
-            "index_build_s": build_s, "note": "exact inner product on the float32 embeddings"}
+    return ctx.keep_ranking({"method": REFERENCE, "k": None, "variant": "reference", **row, "fit_s": 0.0,
+                             "encode_vectors_per_s": None, "index_build_s": build_s,
+                             "note": "exact inner product on the float32 embeddings"}, scores, ids)
 
 
 def _bench_method(name: str, ctx: RunContext) -> list[Row]:
     rows: list[Row] = []
-    for compressor, k, fit_s in _fitted_budgets(name, ctx):
-        ctx.progress(f"{name}: k={k if k is not None else 'fixed'} encode, search, time")
+    plan = _fitted_budgets(name, ctx)
+    ctx.steps.replan(len(plan) - _planned_budgets(ctx.config))
+    for compressor, k, fit_s in plan:
+        ctx.steps.start("row", f"{name}: k={k if k is not None else 'fixed'} encode, search, time", method=name, k=k)
         try:
             rows.extend(_bench_budget(compressor, k, fit_s, ctx))
             ctx.benched.append((compressor, k, fit_s))
@@ -242,9 +276,9 @@ def _fitted_budgets(name: str, ctx: RunContext) -> list[tuple[Compressor, int | 
         params["byte_budgets"] = list(ctx.config.bytes)  # fitted for the budgets it is benched at (fit(bytes=...))
     params.update(ctx.config.method_params.get(name, {}))
     compressor = get_compressor(name, **params)
-    ctx.progress(f"{name}: fit on {len(ctx.corpus):,} × {ctx.corpus.shape[1]}")
-    fit_s = _fit(compressor, ctx)
-    ctx.fitted[name] = compressor
+    ctx.steps.start("fit", f"{name}: fit on {len(ctx.corpus):,} × {ctx.corpus.shape[1]}", method=name)
+    fit_s = _share_projection(compressor, ctx) + _fit(compressor, ctx)
+    ctx.fitted[name], ctx.fit_seconds[name] = compressor, fit_s
     budgets = compressor.budgets()
     retrainable = "k" in type(compressor).Config.model_fields
     if budgets.fixed and not retrainable:
@@ -310,7 +344,7 @@ def _bench_budget(compressor: Compressor, k: int | None, fit_s: float, ctx: RunC
         ctx.notes.append(f"{compressor.name}: {kinds}; searched by brute force through score()")
     # an index with a rerank stage needs the float queries; every other one is timed on query codes
     query_codes = ctx.queries if index.second_stage is not None else index.encode_queries(ctx.queries)
-    _, ids = index.search(query_codes, ctx.config.depth)
+    scores, ids = index.search(query_codes, ctx.config.depth)
     loo = None
     if ctx.loo_rows is not None:
         loo = ctx.corpus[ctx.loo_rows] if index.second_stage is not None else index.encode_queries(ctx.corpus[ctx.loo_rows])
@@ -319,14 +353,17 @@ def _bench_budget(compressor: Compressor, k: int | None, fit_s: float, ctx: RunC
         "fit_s": fit_s, "encode_vectors_per_s": len(ctx.corpus) / max(encode_s, 1e-9),
         "index_build_s": build_s, "fit_report": _jsonable(compressor.fit_report),
     }
-    rows = [{**base, "variant": "codes", **_measure(ctx, index, query_codes, ids, doc_codes, loo), "note": ""}]
+    rows = [ctx.keep_ranking({**base, "variant": "codes", **_measure(ctx, index, query_codes, ids, doc_codes, loo),
+                              "note": ""}, scores, ids)]
     if ctx.config.rerank:
         rows.extend(rerank_rows(compressor, index, query_codes, doc_codes, base, ctx))
     return rows
 
 
 def _measure(ctx: RunContext, index: Any, queries: Codes | np.ndarray, ids: np.ndarray, docs: Codes, loo: Any) -> Row:
-    metrics = {**evaluate_ranking(ids, ctx.data.qrels).as_dict(), PER_QUERY_NDCG: judged_ndcg_at_10(ids, ctx.data.qrels)}
+    judged = ctx.data.judged
+    metrics = {**evaluate_ranking(ids, ctx.data.qrels, judged).as_dict(),
+               PER_QUERY_NDCG: judged_ndcg_at_10(ids, ctx.data.qrels, judged)}
     latency = time_search(index.search, queries, batch_size=ctx.config.batch_size, warmup=ctx.config.warmup,
                           rounds=ctx.config.rounds)
     dim = ctx.corpus.shape[1]

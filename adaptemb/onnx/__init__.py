@@ -2,8 +2,6 @@
 
 * ``head``: a compressor's encode path alone (``OnnxExport``: ``exportable``, ``encoder(k)``,
   ``encoder_arrays``, ``export_onnx``, mixed into the public ``Compressor``);
-* ``encoder``: a backbone and a head as one graph, token ids or pixels in, codes out (``export_encoder``,
-  ``EncoderExport``);
 * ``backbones``: which model (text or image), its module for export, its inputs and tokenizer;
 * ``samples``: the built-in inputs exports are checked on (``SAMPLE_TEXTS``, 16 Fashion-MNIST images);
 * ``storage``: a head's outputs in the storage form its code kind declares (``StorageHead``);
@@ -15,5 +13,6 @@
 
 The ONNX packages are imported inside the functions that use them: importing adaptemb never needs them.
 This package re-exports nothing, so that the public ``Compressor`` can mix in ``head`` without loading the
-rest; ``adaptemb`` re-exports ``export_encoder`` and ``EncoderExport``.
+rest. It sits below the ``Compressor``: a backbone and a fitted compressor exported as one graph, token ids or
+pixels in and codes out, is ``adaptemb.encoder_export`` (``export_encoder``, ``EncoderExport``), above the api.
 """

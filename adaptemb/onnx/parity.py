@@ -156,24 +156,39 @@ def export_checked(module: torch.nn.Module, rows: torch.Tensor, path: str | Path
 
 
 @dataclass
-class _Tally:
-    """What the comparison counted so far, output by output."""
+class _Agreement:
+    """Entries compared so far, and how many of them were identical."""
 
-    rows: int = 0
     same: int = 0
     total: int = 0
+
+    def add(self, same: int, total: int) -> None:
+        self.same, self.total = self.same + same, self.total + total
+
+    @property
+    def share(self) -> float:
+        """The identical share (1.0 when nothing was compared)."""
+        return self.same / self.total if self.total else 1.0
+
+
+@dataclass
+class _Tally:
+    """What the comparison counted so far, output by output: every integer entry and the active ones (indices, set
+    bits), the float entries, and the code as vectors (one block per output) for the cosine."""
+
+    rows: int = 0
+    entries: _Agreement = field(default_factory=_Agreement)
+    active: _Agreement = field(default_factory=_Agreement)
     floats: int = 0
-    active_same: int = 0
-    active_total: int = 0
     max_diff: float = 0.0
     within: bool = True
-    got_rows: list[Any] = field(default_factory=list)  # the code as vectors, one block per output, for the cosine
+    got_rows: list[Any] = field(default_factory=list)
     want_rows: list[Any] = field(default_factory=list)
 
     def integers(self, same: int, total: int, *, active: bool) -> None:
-        self.same, self.total = self.same + same, self.total + total
+        self.entries.add(same, total)
         if active:
-            self.active_same, self.active_total = self.active_same + same, self.active_total + total
+            self.active.add(same, total)
 
     def vectors(self, got: Any, want: Any) -> None:
         self.got_rows.append(got)
@@ -184,8 +199,9 @@ def compare_codes(outputs: Mapping[str, np.ndarray], expected: Mapping[str, np.n
                   reference: Codes | None = None, quantized: bool = False) -> EncoderParity:
     """Parity of an ONNX graph's ``outputs`` with the arrays ``expected`` (see ``EncoderParity``).
 
-    ``reference`` (the torch pipeline's codes) tells the code kind (``binary_sparse`` bits count their set
-    bits as the active entries; int8 codes are dequantised for the cosine). ``quantized`` holds the outputs
+    ``reference`` (the torch pipeline's codes) tells how its kind reads its outputs (``Codes.parity_set_bits``: the
+    set bits are the active entries, as binary sparse codes'; ``Codes.parity_vectors``: int8 codes dequantised for
+    the cosine). ``quantized`` holds the outputs
     to the quantised bar instead of the float bar. ``indices`` are compared as each row's set; -1 marks an
     empty slot (a head's fixed layout of a row with fewer active features)."""
     if reference is not None:  # the kind's comparable form (packed codes: their indices and values)
@@ -199,11 +215,11 @@ def compare_codes(outputs: Mapping[str, np.ndarray], expected: Mapping[str, np.n
         if np.issubdtype(want.dtype, np.floating):
             _floats(tally, got, want, with_indices=name == "values" and "indices" in expected)
         elif name == "bits":
-            _bits(tally, got, want, set_bits=reference is not None and reference.kind == "binary_sparse")
+            _bits(tally, got, want, set_bits=reference is not None and reference.parity_set_bits)
         elif name == "indices" and want.ndim == 2:
             _indices(tally, got, want, outputs.get("values"), expected.get("values"))
         else:
-            _integers(tally, got, want, reference if name == "codes" else None)
+            _integers(tally, name, got, want, reference)
     return _verdict(tally, quantized)
 
 
@@ -223,8 +239,7 @@ def _bits(tally: _Tally, got: np.ndarray, want: np.ndarray, *, set_bits: bool) -
     equal = got_bits == want_bits
     tally.integers(int(equal.sum()), equal.size, active=not set_bits)  # every bit is a sign ...
     if set_bits:  # ... unless the active features are the set bits
-        tally.active_same += int((got_bits & want_bits).sum())
-        tally.active_total += int(want_bits.sum())
+        tally.active.add(int((got_bits & want_bits).sum()), int(want_bits.sum()))
         tally.vectors(got_bits.astype(np.float64), want_bits.astype(np.float64))
     else:
         tally.vectors(2.0 * got_bits - 1.0, 2.0 * want_bits - 1.0)
@@ -243,32 +258,28 @@ def _indices(tally: _Tally, got: np.ndarray, want: np.ndarray, got_values: np.nd
     tally.vectors(_sparse_rows(got64, got_values, width), _sparse_rows(want64, want_values, width))
 
 
-def _integers(tally: _Tally, got: np.ndarray, want: np.ndarray, reference: Codes | None) -> None:
+def _integers(tally: _Tally, name: str, got: np.ndarray, want: np.ndarray, reference: Codes | None) -> None:
     tally.integers(int((got.astype(np.int64) == want.astype(np.int64)).sum()), want.size, active=False)
-    got_values = got.reshape(tally.rows, -1).astype(np.float64)
-    want_values = want.reshape(tally.rows, -1).astype(np.float64)
-    if reference is not None and reference.kind == "int8":
-        shared = reference.to_arrays()
-        scale, offset = shared["scale"].astype(np.float64), shared["offset"].astype(np.float64)
-        got_values, want_values = offset + scale * got_values, offset + scale * want_values
-    tally.vectors(got_values, want_values)
+    if reference is None:
+        tally.vectors(got.reshape(tally.rows, -1).astype(np.float64), want.reshape(tally.rows, -1).astype(np.float64))
+    else:  # as the kind reads them (int8 codes: dequantised)
+        tally.vectors(reference.parity_vectors(name, got), reference.parity_vectors(name, want))
 
 
 def _verdict(tally: _Tally, quantized: bool) -> EncoderParity:
-    agreement = tally.same / tally.total if tally.total else 1.0
-    active_agreement = tally.active_same / tally.active_total if tally.active_total else 1.0
+    agreement, active_agreement = tally.entries.share, tally.active.share
     cosine = _mean_row_cosine(tally.got_rows, tally.want_rows)
     if not quantized:
         bar = f"at least {MIN_AGREEMENT:.1%} of index/bit/code entries identical and values within {ATOL}"
         passed = agreement >= MIN_AGREEMENT and tally.within
-    elif tally.active_total:
+    elif tally.active.total:
         bar = f"at least {QUANTIZED_MIN_AGREEMENT:.0%} of the active indices/bits identical"
         passed = active_agreement >= QUANTIZED_MIN_AGREEMENT
     else:
         bar = f"code cosine at least {QUANTIZED_MIN_COSINE}"
         passed = cosine >= QUANTIZED_MIN_COSINE
-    return EncoderParity(tally.rows, agreement, tally.max_diff, tally.total, tally.floats, passed, active_agreement,
-                         tally.active_total, cosine, quantized, bar)
+    return EncoderParity(tally.rows, agreement, tally.max_diff, tally.entries.total, tally.floats, passed,
+                         active_agreement, tally.active.total, cosine, quantized, bar)
 
 
 def _sparse_rows(indices: np.ndarray, values: np.ndarray | None, width: int) -> sp.csr_matrix:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from pydantic import SecretStr
 
-from adaptemb.codes import BinaryCodes, Codes
+from adaptemb.codes import Codes
 from adaptemb.vectordb.common import (
     BATCH_ROWS,
     ID_FIELD,
@@ -132,8 +132,8 @@ def export_milvus(codes: Codes, client: Any, collection: str, row_ids: np.ndarra
     from pymilvus import DataType
 
     lite = _lite_version(client) is not None
-    sparse = codes.vector_form == "sparse" and _scores_sparse_by_ip(client)
-    bits = isinstance(codes, BinaryCodes) and not lite
+    sparse = codes.sparse_vectors and _scores_sparse_by_ip(client)
+    bits = codes.vector_quantization == "sign_bits" and not lite
     fresh_collection(client.has_collection(collection), recreate, collection,
                      lambda: client.drop_collection(collection))
     schema = client.create_schema(auto_id=False, enable_dynamic_field=True)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from adaptemb.codes import BinaryCodes, Codes
+from adaptemb.codes import Codes, pack_signs, unpack_signs
 from adaptemb.vectordb.common import BATCH_ROWS, ID_FIELD, VECTOR_NAME, batches
 from adaptemb.vectordb.credentials import Credential
 from adaptemb.vectordb.guard import guarded
@@ -45,8 +45,7 @@ def document_values(codes: Codes, sparse: bool, bits: bool, ceiling: float) -> l
     """The field values of ``codes``: packed bits for a ``BINARY_VECTOR``, sparse dicts with the balance entry at
     index ``dim``, else float32 rows."""
     if bits:
-        assert isinstance(codes, BinaryCodes)
-        return [row.tobytes() for row in codes.packed]
+        return [row.tobytes() for row in codes.sign_bits()]
     rows = codes.vector_rows()
     if not sparse:
         return _dense_values(rows)
@@ -92,7 +91,7 @@ class FieldSearch:
     def _hamming_then_rescore(self, rows: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """Candidates by Hamming distance to each row's sign bits, rescored by ``<row, ±1 bits>``."""
         limit = min(_MAX_LIMIT, self.top_k * BINARY_OVERSAMPLING)
-        queries = [row.tobytes() for row in BinaryCodes.from_signs(rows).packed]
+        queries = [row.tobytes() for row in pack_signs(rows)]
         results = self._request(queries, limit, {"metric_type": "HAMMING"}, [VECTOR_NAME])
         found = []
         for row, hits in zip(rows, results, strict=True):
@@ -100,7 +99,7 @@ class FieldSearch:
                 found.append((np.zeros(0, np.float32), np.zeros(0, np.int64)))
                 continue
             packed = np.stack([np.frombuffer(_bytes_of(hit["entity"][VECTOR_NAME]), np.uint8) for hit in hits])
-            rescored = BinaryCodes(packed[:, : packed_bytes(len(row))], len(row)).to_dense() @ row
+            rescored = unpack_signs(packed[:, : packed_bytes(len(row))], len(row)) @ row
             best = np.argsort(-rescored, kind="stable")[: self.top_k]
             found.append((rescored[best].astype(np.float32), _ids(hits)[best]))
         return found

@@ -78,18 +78,22 @@ QUANTIZED_OVERSAMPLING = 4.0
 rescores them with the float32 ones (Qdrant's ``oversampling``; a server only: local mode searches exactly)."""
 
 
-def _quantization(kind: str) -> Any:
-    """The quantisation Qdrant keeps of a kind's float32 vectors in RAM: 1 bit for binary codes (the float query
-    against the bits, Qdrant's asymmetric 8-bit query encoding), int8 for int8 codes; None for other kinds."""
+def _quantization(quantization: str | None) -> Any:
+    """The quantisation Qdrant keeps of a kind's float32 vectors in RAM, by the kind's ``vector_quantization``: 1 bit
+    for sign bits (the float query against the bits, Qdrant's asymmetric 8-bit query encoding), int8 for int8
+    levels; None for other kinds."""
     from qdrant_client import models
 
-    if kind == "binary":
-        return models.BinaryQuantization(binary=models.BinaryQuantizationConfig(
-            always_ram=True, query_encoding=models.BinaryQuantizationQueryEncoding.SCALAR8BITS))
-    if kind == "int8":
-        return models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8,
-                                                                               always_ram=True))
-    return None
+    configs = {
+        "sign_bits": lambda: models.BinaryQuantization(binary=models.BinaryQuantizationConfig(
+            always_ram=True, query_encoding=models.BinaryQuantizationQueryEncoding.SCALAR8BITS)),
+        "int8_scalar": lambda: models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(
+            type=models.ScalarType.INT8, always_ram=True)),
+    }
+    return configs[quantization]() if quantization in configs else None
+
+
+_QUANTIZATION_NAMES = {"sign_bits": "binary", "int8_scalar": "int8 scalar"}
 
 
 def export_qdrant(codes: Codes, client: Any, collection: str, row_ids: np.ndarray,
@@ -98,13 +102,13 @@ def export_qdrant(codes: Codes, client: Any, collection: str, row_ids: np.ndarra
 
     fresh_collection(client.collection_exists(collection), recreate, collection,
                      lambda: client.delete_collection(collection))
-    if codes.vector_form == "sparse":
+    if codes.sparse_vectors:
         client.create_collection(collection, vectors_config={},
                                  sparse_vectors_config={VECTOR_NAME: models.SparseVectorParams()})
         vector = "sparse vector, dot product"
     else:
         datatype = models.Datatype(codes.compact_vector_dtype if compact else "float32")
-        quantization = None if compact else _quantization(codes.kind)
+        quantization = None if compact else _quantization(codes.vector_quantization)
         with warnings.catch_warnings():  # the quantised form's RAM placement: always_ram, on_disk (older servers)
             warnings.simplefilter("ignore", DeprecationWarning)
             client.create_collection(collection, vectors_config={VECTOR_NAME: models.VectorParams(
@@ -112,7 +116,7 @@ def export_qdrant(codes: Codes, client: Any, collection: str, row_ids: np.ndarra
                 quantization_config=quantization)})
         vector = f"{datatype.value.lower()} vector of {codes.dim}, dot product"
         if quantization is not None:
-            vector += f", {'binary' if codes.kind == 'binary' else 'int8 scalar'} quantisation in RAM (rescored)"
+            vector += f", {_QUANTIZATION_NAMES[str(codes.vector_quantization)]} quantisation in RAM (rescored)"
     for start, stop in batches(len(codes), BATCH_ROWS):
         rows = codes[start:stop]
         vectors = _qdrant_vectors(rows.compact_vector_rows() if compact else rows.vector_rows())

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 
-from adaptemb.codes import Codes, ProjectedQueries
+from adaptemb.codes import Codes
 from adaptemb.vectordb.common import NAMES, check_vector_form
 
 CHECK_ROWS = 8
@@ -56,15 +56,12 @@ class StoreQueries:
 
 
 def query_rows(codes: Codes, to: str, compact: bool = False) -> tuple[np.ndarray | sp.csr_matrix, np.ndarray]:
-    """(vectors, offsets) of query codes: ``ProjectedQueries``' sparse rows and offsets, else the kind's vector rows
-    (its ``compact_vector_rows`` for a collection stored compact) and no offset."""
-    if isinstance(codes, ProjectedQueries):
-        if codes.document_weights:
-            raise ValueError(f"{NAMES[to]} would not rank these projected queries as their method does: it divides each "
-                             "document's score by a weight of its own (bsa's scoring='asymmetric', a cosine), which the "
-                             "database does not hold. Search the codes with compressor.index(codes).search(queries), "
-                             "or fit bsa with scoring='asymmetric_dot' to search them in a database")
-        return codes.query_vector_rows(), codes.offset
+    """(vectors, offsets) of query codes: those of a kind that queries in a form of its own (``Codes.store_query``:
+    ``ProjectedQueries``' sparse rows and offsets), else the kind's vector rows (its ``compact_vector_rows`` for a
+    collection stored compact) and no offset."""
+    own = codes.store_query(NAMES[to])
+    if own is not None:
+        return own
     check_vector_form(codes, to)
     rows = codes.compact_vector_rows() if compact else codes.vector_rows()
     return rows, np.zeros(len(codes), dtype=np.float32)
