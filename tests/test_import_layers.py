@@ -109,7 +109,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(rooms.sp
     ("storage, rows and training", "serialization data rows batches fitting train"),
     ("the parts of a compressor and what sits beside them", "compressor index onnx vectordb datasets"),
     ("the registry", "registry"),
-    ("search over a compressor's codes", "indexing"),
+    ("search over a compressor's codes", "indexing ann"),
     ("the public Compressor", "method"),
     ("compositions", "compose"),
     ("the one-call api", "api"),

@@ -100,7 +100,8 @@ class AnnIndex:
         """
         top_k = _checked_top_k(top_k, len(self))
         probes = self._probes(nprobe, recall)
-        spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
+        spec = InputSpec.of(input_kind=input_kind, input_scale=input_scale, input_offset=input_offset,
+                            input_dim=input_dim)
         codes = self._query_codes(queries, spec, input_kind, input_scale, input_offset, input_dim)
         raw = None if self.rerank is None else self._raw_queries(queries, spec)
         width = top_k if self.rerank is None else max(top_k, self.config.shortlist)
@@ -197,7 +198,8 @@ class AnnIndex:
              input_offset: Any = None, input_dim: int | None = None) -> Calibration:
         """Recalibrate ``recall=`` on the caller's own ``queries`` (raw embeddings or query codes): one exact search
         of them gives the probes every recall level needs. Returns (and keeps) the new calibration."""
-        spec = InputSpec.of(input_kind, input_scale, input_offset, input_dim)
+        spec = InputSpec.of(input_kind=input_kind, input_scale=input_scale, input_offset=input_offset,
+                            input_dim=input_dim)
         codes = self._query_codes(queries, spec, input_kind, input_scale, input_offset, input_dim)
         if len(codes) == 0:
             raise InvalidConfigError("tune() needs at least one query")

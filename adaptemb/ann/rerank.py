@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from adaptemb.codes import Codes, DenseCodes, ProjectedQueries
+from adaptemb.codes import Codes
 from adaptemb.errors import InvalidConfigError
 from adaptemb.ranking import TopK
 
@@ -59,12 +59,7 @@ class RerankStore:
             store = self.store
             return _inner_products(raw, candidates, lambda ids: np.asarray(store[ids], dtype=np.float32))
         queries = self.compressor.encode_queries(raw, k=self.budget)
-        codes = self.store
-        if isinstance(queries, (DenseCodes, ProjectedQueries)) and not getattr(queries, "document_weights", False):
-            scores = _inner_products(queries.to_dense(), candidates, lambda ids: codes[ids].to_dense())
-            return scores + (queries.offset[:, None] if isinstance(queries, ProjectedQueries) else 0)
-        return np.stack([np.asarray(self.compressor.score(queries[[i]], codes[row]), np.float32)[0]
-                         for i, row in enumerate(candidates)])
+        return _code_scores(queries, candidates, self.store, self.compressor.score)
 
 
 def _inner_products(queries: np.ndarray, candidates: np.ndarray, rows: Any) -> np.ndarray:
@@ -75,6 +70,22 @@ def _inner_products(queries: np.ndarray, candidates: np.ndarray, rows: Any) -> n
         vectors = np.asarray(rows(block.ravel()), dtype=np.float32).reshape(*block.shape, -1)
         out[start : start + len(block)] = np.einsum("qd,qsd->qs", np.asarray(queries[start : start + len(block)],
                                                                               np.float32), vectors)
+    return out
+
+
+CODE_BLOCK = 16
+"""Queries rescored at a time against the codes: the compressor scores each block against the union of its
+candidates (every kind through its own ``score``), so a block wastes (block - 1) x shortlist scores per query."""
+
+
+def _code_scores(queries: Codes, candidates: np.ndarray, codes: Codes, score: Any) -> np.ndarray:
+    """(queries, shortlist) scores of each query against its candidates' codes, by the compressor's ``score``."""
+    out = np.empty(candidates.shape, np.float32)
+    for start in range(0, len(candidates), CODE_BLOCK):
+        block = candidates[start : start + CODE_BLOCK]
+        rows, where = np.unique(block, return_inverse=True)
+        scores = np.asarray(score(queries[start : start + len(block)], codes[rows]), np.float32)
+        out[start : start + len(block)] = np.take_along_axis(scores, where.reshape(block.shape), axis=1)
     return out
 
 

@@ -29,7 +29,7 @@ from adaptemb.ann.cells import dense_rows
 from adaptemb.ann.plan import ProbePlan
 from adaptemb.ann.scan_binary import scan_binary
 from adaptemb.ann.scan_packed import scan_packed
-from adaptemb.codes import BinaryCodes, Codes, DenseCodes, PackedSparseCodes, ProjectedQueries
+from adaptemb.codes import Codes, DenseCodes
 from adaptemb.ranking import TopK
 
 ScoreFunction = Callable[[Codes, Codes], np.ndarray]
@@ -112,7 +112,6 @@ class PackedScorer(CellScorer):
 
     def search(self, docs: Codes, ids: np.ndarray, offsets: np.ndarray, queries: Codes, plan: ProbePlan, k: int, *,
                keep: np.ndarray | None, threads: int | None) -> TopK:
-        assert isinstance(docs, PackedSparseCodes) and isinstance(queries, ProjectedQueries)
         if docs.value_bits == 16 or queries.document_weights:  # float16 values, per-document weights: the generic way
             return super().search(docs, ids, offsets, queries, plan, k, keep=keep, threads=threads)
         return scan_packed(docs, ids, offsets, queries, plan, k, keep=keep, parts=_parts(threads, plan))
@@ -126,8 +125,7 @@ class SignScorer(CellScorer):
 
     def search(self, docs: Codes, ids: np.ndarray, offsets: np.ndarray, queries: Codes, plan: ProbePlan, k: int, *,
                keep: np.ndarray | None, threads: int | None) -> TopK:
-        assert isinstance(docs, BinaryCodes)
-        dense = queries if isinstance(queries, DenseCodes) else DenseCodes(self.query_vectors(queries))
+        dense = DenseCodes(self.query_vectors(queries))  # float queries as they are; sign queries as ±1 floats
         return scan_binary(docs, ids, offsets, dense, plan, k, keep=keep, parts=_parts(threads, plan))
 
     def stand_in_queries(self, docs: Codes) -> Codes | None:
