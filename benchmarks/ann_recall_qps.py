@@ -71,9 +71,9 @@ def load_data(args: argparse.Namespace) -> tuple[np.ndarray, dict[str, Any]]:
     return vectors, entry
 
 
-def fitted(method: str, fit_rows: np.ndarray, cache: Path) -> adaptemb.Compressor:
-    """The method fitted on ``fit_rows`` (read from ``cache`` when it was fitted before)."""
-    path = cache / f"{method.replace('+', '_')}_{len(fit_rows)}.safetensors"
+def fitted(method: str, fit_rows: np.ndarray, cache: Path, key: str) -> adaptemb.Compressor:
+    """The method fitted on ``fit_rows`` of data ``key`` (read from ``cache`` when it was fitted before)."""
+    path = cache / f"{key}_{method.replace('+', '_')}_{len(fit_rows)}.safetensors"
     if path.is_file():
         return adaptemb.load(path)
     start = time.perf_counter()
@@ -83,8 +83,9 @@ def fitted(method: str, fit_rows: np.ndarray, cache: Path) -> adaptemb.Compresso
     return compressor
 
 
-def encoded(compressor: adaptemb.Compressor, corpus: np.ndarray, rows: int, cache: Path, name: str) -> adaptemb.Codes:
-    path = cache / f"{name.replace('+', '_')}_{rows}.codes.npz"
+def encoded(compressor: adaptemb.Compressor, corpus: np.ndarray, rows: int, cache: Path, name: str,
+            key: str) -> adaptemb.Codes:
+    path = cache / f"{key}_{name.replace('+', '_')}_{rows}.codes.npz"
     if path.is_file():
         return adaptemb.load_codes(path)
     parts = [compressor.encode(np.ascontiguousarray(corpus[s : min(s + 65536, rows)], np.float32), bytes=BUDGETS[name])
@@ -159,22 +160,36 @@ def open_time(compressor: adaptemb.Compressor, codes: adaptemb.Codes, rows: int,
             "cells_assigned_s": round(rebuild_s, 1)}
 
 
-def faiss_ivfpq(fit_rows: np.ndarray, corpus: np.ndarray, rows: int, queries: np.ndarray, budget: int,
-                truth: np.ndarray, rounds: int) -> dict[str, Any]:
-    d = corpus.shape[1]
-    index = faiss.index_factory(d, f"IVF4096,PQ{budget}x8", faiss.METRIC_INNER_PRODUCT)
+def trained_ivfpq(fit_rows: np.ndarray, budget: int, cache: Path, key: str) -> tuple[Any, float]:
+    """faiss ``IVF4096,PQ{budget}x8`` trained on ``fit_rows`` (read from ``cache`` when trained before; every size
+    adds its rows to the same trained index), and the seconds the training took (None: read from the cache)."""
+    path = cache / f"{key}_ivf4096_pq{budget}_{len(fit_rows)}.faiss"
+    if path.is_file():
+        return faiss.read_index(str(path)), None
+    index = faiss.index_factory(fit_rows.shape[1], f"IVF4096,PQ{budget}x8", faiss.METRIC_INNER_PRODUCT)
     start = time.perf_counter()
     index.train(np.ascontiguousarray(fit_rows, np.float32))
+    train_s = time.perf_counter() - start
+    faiss.write_index(index, str(path))
+    return index, train_s
+
+
+def faiss_ivfpq(fit_rows: np.ndarray, corpus: np.ndarray, rows: int, queries: np.ndarray, budget: int,
+                truth: np.ndarray, args: argparse.Namespace) -> dict[str, Any]:
+    d, rounds = corpus.shape[1], args.rounds
+    index, train_s = trained_ivfpq(fit_rows, budget, args.cache, args.split_key)
+    start = time.perf_counter()
     for first in range(0, rows, 65536):
         index.add(np.ascontiguousarray(corpus[first : min(first + 65536, rows)], np.float32))
-    build_s = time.perf_counter() - start
+    add_s = time.perf_counter() - start
     points = []
     for nprobe in FAISS_NPROBES:
         index.nprobe = nprobe
         qps, (_, ids) = timed_qps(lambda q: index.search(q, 10), queries, rounds)
         points.append({"nprobe": nprobe, "qps": round(qps, 1), "recall_vs_float": round(recall(ids, truth), 4)})
         print(f"  faiss IVF4096,PQ{budget}x8 nprobe {nprobe}: {points[-1]}", flush=True)
-    return {"factory": f"IVF4096,PQ{budget}x8", "build_s": round(build_s, 1),
+    return {"factory": f"IVF4096,PQ{budget}x8", "add_s": round(add_s, 1),
+            "train_s": None if train_s is None else round(train_s, 1),
             "bytes_per_vector": round(budget + 8 + 4096 * d * 4 / rows, 2), "points": points}
 
 
@@ -204,7 +219,7 @@ def measure(method: str, compressor: adaptemb.Compressor, codes: adaptemb.Codes,
                       "operating_point": point}}
     record["ann"]["recall_knob"] = knob(ann, queries, exact_ids, args.rounds)
     record["ann"]["save_load"] = reopened(ann, queries, args.cache / "ann-bench.safetensors")
-    pq = faiss_ivfpq(data["fit_rows"], data["corpus"], len(codes), queries, BUDGETS[method], truth, args.rounds)
+    pq = faiss_ivfpq(data["fit_rows"], data["corpus"], len(codes), queries, BUDGETS[method], truth, args)
     if point is not None:
         fast = [p for p in pq["points"] if p["qps"] >= point["qps"]]
         pq["best_recall_at_ann_qps"] = max((p["recall_vs_float"] for p in fast), default=None)
@@ -238,19 +253,39 @@ def main() -> None:
         truth = float_truth(corpus, rows, queries)
         for method in args.methods.split(","):
             load_before = list(os.getloadavg())
-            compressor = fitted(method, fit_rows, args.cache)
-            codes = encoded(compressor, corpus, rows, args.cache, method)
+            compressor = fitted(method, fit_rows, args.cache, args.split_key)
+            codes = encoded(compressor, corpus, rows, args.cache, method, args.split_key)
             data = {"queries": queries, "truth": truth, "corpus": corpus, "fit_rows": fit_rows}
             record = {"benchmark": "ann_recall_qps", "method": method, "budget_bytes": BUDGETS[method], "rows": rows,
                       "queries": len(queries), "dim": int(vectors.shape[1]), "threads": args.threads,
                       "data": str(args.vectors.name), "fit_rows": len(fit_rows),
                       **measure(method, compressor, codes, data, args),
                       "load_before": load_before, "load_after": list(os.getloadavg()), "machine": machine_info()}
-            write_record(RESULTS / f"ann_{method.replace('+', '_')}_{rows}.json", record)
+            write_record(record_path(args.split_key, method, rows), record)
             if args.open_rows and rows == min(max(args.rows), len(corpus)):
                 opened = open_time(compressor, codes, args.open_rows, queries, args.cache)
-                write_record(RESULTS / f"ann_open_{method.replace('+', '_')}_{args.open_rows}.json",
+                write_record(RESULTS / f"ann_open_{args.split_key}_{method.replace('+', '_')}_{args.open_rows}.json",
                              {"benchmark": "ann_recall_qps/open", "method": method, **opened, "machine": machine_info()})
+    sizes = sorted({min(rows, len(corpus)) for rows in args.rows})
+    if len(sizes) > 1:
+        write_record(RESULTS / f"ann_scaling_{args.split_key}.json", scaling(args.split_key, args.methods, sizes))
+
+
+def record_path(key: str, method: str, rows: int) -> Path:
+    return RESULTS / f"ann_{key}_{method.replace('+', '_')}_{rows}.json"
+
+
+def scaling(key: str, methods: str, sizes: list[int]) -> dict[str, Any]:
+    """How the QPS at recall 0.95 against exact falls from the smallest to the largest size, beside the exact scan's
+    (read back from this run's records)."""
+    out: dict[str, Any] = {"benchmark": "ann_recall_qps/scaling", "data": key, "rows": [sizes[0], sizes[-1]]}
+    for method in methods.split(","):
+        small, large = (json.loads(record_path(key, method, rows).read_text()) for rows in (sizes[0], sizes[-1]))
+        points = [record["ann"]["operating_point"] for record in (small, large)]
+        out[method] = {"exact_qps_fall": round(small["exact"]["qps"] / large["exact"]["qps"], 2),
+                       "ann_qps_fall_at_0.95": None if None in points else round(points[0]["qps"] / points[1]["qps"], 2),
+                       "load": [small["load_before"], large["load_after"]]}
+    return out
 
 
 if __name__ == "__main__":
