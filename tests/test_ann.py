@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from ann_support import data, fitted, recall
 
+import adaptemb
 from adaptemb import AnnConfig, AnnIndex, CompressedIndex
 
 METHODS = ("csr", "svd+binary")
@@ -143,6 +144,16 @@ def test_codes_and_queries_of_another_compressor_are_refused() -> None:
         ann.search(binary.index(binary_codes[:1]).encode_queries(queries[:3]), 10, nprobe=2)
     with pytest.raises(ValueError, match="add\\(\\) takes packed_sparse codes of dim 256 .*; got binary codes"):
         ann.add(binary_codes[:3])
+    with pytest.raises(ValueError, match="the documents are packed_sparse codes of dim 256, but svd\\+binary encodes "
+                       "binary codes"):
+        binary.index(csr_codes, ann="auto")
+    with pytest.raises(ValueError, match="the rerank codes are binary codes of dim 256, but csr encodes packed_sparse"):
+        csr.index(csr_codes, ann=AnnConfig(cells=16, calibration_queries=0, rerank=binary_codes))
+    corpus, _ = data()
+    wider = adaptemb.fit(corpus[:1000], "csr", hidden=512, k=16, epochs=1, value_bits=1, seed=1, progress=False)
+    with pytest.raises(ValueError, match="the documents \\(packed_sparse codes of dim 512\\) are not csr's: its queries "
+                       "cannot be scored against them \\(code dimensions differ: 256 vs 512\\)"):
+        csr.index(wider.encode(corpus[:500], bytes=16), ann="auto")
 
 
 def test_a_misspelled_setting_is_an_error_naming_the_valid_ones() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from adaptemb.ann.cells import Router, routing_basis, train_centroids
+from adaptemb.ann.checks import check_own_codes
 from adaptemb.ann.config import AnnConfig, as_config
 from adaptemb.ann.index import AnnIndex
 from adaptemb.ann.rerank import RerankStore
@@ -37,6 +38,7 @@ def build_ann(compressor: Any, docs: Codes, ann: AnnConfig | str | dict, *, quer
     config = as_config(ann)
     if len(docs) == 0:
         raise ValueError("cannot index zero documents")
+    check_own_codes(compressor, docs, budget, "the documents")
     with ann_threads(config.threads):
         return _build(compressor, docs, config, query_kind, budget, backend)
 

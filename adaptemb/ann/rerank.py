@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from adaptemb.ann.checks import check_own_codes
 from adaptemb.codes import Codes
 from adaptemb.errors import InvalidConfigError
 from adaptemb.ranking import TopK
@@ -35,6 +36,8 @@ class RerankStore:
             raise InvalidConfigError(f"the rerank store has {len(self.store):,} rows; the index has ids up to {n - 1:,}")
         self.compressor = compressor
         self.budget = compressor.query_budget(self.store) if isinstance(self.store, Codes) else None
+        if isinstance(self.store, Codes):
+            check_own_codes(compressor, self.store, self.budget, "the rerank codes")
 
     @property
     def kind(self) -> str:
