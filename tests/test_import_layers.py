@@ -113,7 +113,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple((name, frozenset(rooms.sp
     ("the public Compressor", "method"),
     ("compositions", "compose"),
     ("the one-call api", "api"),
-    ("pipelines over fitted compressors", "streaming encoder_export"),
+    ("pipelines over fitted compressors", "streaming encoder_export index_build"),
     ("the public API", "adaptemb"),
     ("the contract suite and the bench", "testing pytest_plugin evaluate"),
     ("the command line", "cli __main__"),

@@ -48,29 +48,49 @@ def _build(compressor: Any, docs: Codes, config: AnnConfig, query_kind: str, bud
     scorer = scorer_for(query_kind, docs.kind, compressor.score, backend)
     rng = np.random.default_rng(config.seed)
     n = len(docs)
+    train, pick = sample_rows(n, config, rng)
+    sample = docs[train]
+    router = trained_router(compressor, sample, sample[pick], scorer, config, query_kind, budget, n)
+    router = router.with_means(*router.cell_sums(docs, router.assign(docs, scorer.doc_vectors), scorer.doc_vectors))
+    main = Segment.of(docs, router.assign(docs, scorer.doc_vectors), router.cells, np.arange(n))
+    rerank = None if config.rerank is None else RerankStore(config.rerank, compressor, n)
+    index = AnnIndex(compressor, CellStore(main), router, scorer, config=config, query_kind=query_kind, budget=budget,
+                     rerank=rerank)
+    held_out = held_out_rows(n, train, config.calibration_queries, rng)
+    calibrate_on_rows(index, docs[held_out], held_out)
+    return index
+
+
+def sample_rows(n: int, config: AnnConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(the sorted rows the cells are trained on, the positions among them of the routing basis' rows)."""
     train = np.sort(rng.choice(n, size=min(config.sample, n), replace=False))
-    basis_rows = train[np.sort(rng.choice(len(train), size=min(BASIS_QUERIES, len(train)), replace=False))]
-    stand_ins = stand_in_queries(compressor, docs[basis_rows], scorer, query_kind, budget)
-    vectors = scorer.query_vectors(stand_ins) if stand_ins is not None else _dense(scorer.doc_vectors(docs[basis_rows]))
+    return train, np.sort(rng.choice(len(train), size=min(BASIS_QUERIES, len(train)), replace=False))
+
+
+def trained_router(compressor: Any, sample: Codes, basis_docs: Codes, scorer: CellScorer, config: AnnConfig,
+                   query_kind: str, budget: int | None, n: int) -> Router:
+    """The routing basis (from queries made of ``basis_docs``) and k-means centroids of the ``sample`` rows, for an
+    index of ``n`` rows (steps 1 and 2 of the module docstring)."""
+    stand_ins = stand_in_queries(compressor, basis_docs, scorer, query_kind, budget)
+    vectors = scorer.query_vectors(stand_ins) if stand_ins is not None else _dense(scorer.doc_vectors(basis_docs))
     settings = config.resolved(n, vectors.shape[1])
     basis = routing_basis(vectors, settings.routing_dims, config.seed)
     width = vectors.shape[1] if basis is None else basis.shape[1]
     router = Router(None if basis is None else basis.astype(np.float16).astype(np.float32), np.zeros((1, width), np.float32))
-    sample = router.map_codes(docs[train], scorer.doc_vectors)
-    centroids = train_centroids(sample, settings.cells, seed=config.seed, iterations=config.iterations)
-    router = Router(router.basis, centroids.astype(np.float16).astype(np.float32))
-    means = router.cell_means(docs, router.assign(docs, scorer.doc_vectors), scorer.doc_vectors)
-    router = Router(router.basis, means.astype(np.float16).astype(np.float32))
-    main = Segment.of(docs, router.assign(docs, scorer.doc_vectors), settings.cells, np.arange(n))
-    rerank = None if config.rerank is None else RerankStore(config.rerank, compressor, n)
-    index = AnnIndex(compressor, CellStore(main), router, scorer, config=config, query_kind=query_kind, budget=budget,
-                     rerank=rerank)
-    held_out = _held_out(n, train, config.calibration_queries, rng)
-    queries = None if not len(held_out) else stand_in_queries(compressor, docs[held_out], scorer, query_kind, budget)
+    mapped = router.map_codes(sample, scorer.doc_vectors)
+    centroids = train_centroids(mapped, settings.cells, seed=config.seed, iterations=config.iterations)
+    return Router(router.basis, centroids.astype(np.float16).astype(np.float32))
+
+
+def calibrate_on_rows(index: AnnIndex, held_docs: Codes, held_out: np.ndarray) -> None:
+    """Calibrate ``index`` on queries made of its rows ``held_out`` (codes ``held_docs``; their own documents left
+    out of their top-k); no calibration when there are none or no queries can be made of them."""
+    n = len(index)
+    queries = None if not len(held_out) else stand_in_queries(index.compressor, held_docs, index.scorer,
+                                                                index.query_kind, index.budget)
     if queries is not None:
-        index.calibration = index.calibrate(queries, min(config.top_k, n - 1) if n > 1 else 1,
+        index.calibration = index.calibrate(queries, min(index.config.top_k, n - 1) if n > 1 else 1,
                                             source=f"{len(held_out):,} held-out rows", exclude=held_out)
-    return index
 
 
 def stand_in_queries(compressor: Any, docs: Codes, scorer: CellScorer, query_kind: str,
@@ -85,7 +105,7 @@ def stand_in_queries(compressor: Any, docs: Codes, scorer: CellScorer, query_kin
     return docs if docs.kind == query_kind else None
 
 
-def _held_out(n: int, train: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+def held_out_rows(n: int, train: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
     """Up to ``count`` rows outside ``train`` (rows of ``train`` when every row trained the cells), sorted."""
     if count == 0 or n < 2:
         return np.zeros(0, np.int64)

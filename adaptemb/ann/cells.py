@@ -88,19 +88,24 @@ class Router:
             out[start : start + BLOCK_ROWS] = self.map(vectors(codes[start : start + BLOCK_ROWS]))
         return out
 
-    def cell_means(self, codes: Codes, cells: np.ndarray, vectors: Vectors = dense_rows) -> np.ndarray:
-        """Each cell's mean mapped row (not scaled) over ``codes`` in cells ``cells``: the routing centroids (a
-        query's inner product with them ranks cells by the scores of their documents; cosines to unit centroids
-        would ignore that the documents' lengths differ). An empty cell keeps its current centroid."""
+    def cell_sums(self, codes: Codes, cells: np.ndarray, vectors: Vectors = dense_rows) -> tuple[np.ndarray, np.ndarray]:
+        """(the sum of the mapped rows (not scaled) in each cell, float64 (cells, r); the rows in each cell) over
+        ``codes`` in cells ``cells``: sums over parts of the rows add up (``with_means``)."""
         sums = np.zeros((self.cells, self.dims), np.float64)
         for start in range(0, len(codes), BLOCK_ROWS):
             block = self.map(vectors(codes[start : start + BLOCK_ROWS]), scaled=False)
             members = cells[start : start + BLOCK_ROWS]
             sums += sp.csr_matrix((np.ones(len(members)), (members, np.arange(len(members)))),
                                   shape=(self.cells, len(members))) @ block
-        counts = np.bincount(cells, minlength=self.cells)
+        return sums, np.bincount(cells, minlength=self.cells)
+
+    def with_means(self, sums: np.ndarray, counts: np.ndarray) -> Router:
+        """This router with each cell's mean mapped row as its centroid (rounded to float16 as stored): a query's inner
+        product with them ranks cells by the scores of their documents (cosines to unit centroids would ignore that
+        the documents' lengths differ). An empty cell keeps its current centroid."""
         means = sums / np.maximum(counts, 1)[:, None]
-        return np.where(counts[:, None] > 0, means, self.centroids).astype(np.float32)
+        means = np.where(counts[:, None] > 0, means, self.centroids).astype(np.float32)
+        return Router(self.basis, means.astype(np.float16).astype(np.float32))
 
     def route(self, queries: np.ndarray, nprobe: int) -> np.ndarray:
         """The cells of each query's ``nprobe`` nearest centroids (``queries``: code-space rows), int32 (nq, nprobe):

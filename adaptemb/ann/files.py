@@ -21,17 +21,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from adaptemb.ann.store import CellStore
 from adaptemb.codes import Codes
 from adaptemb.errors import CorruptFileError
-from adaptemb.serialization import FORMAT_VERSION, INDEX_FORMAT, existing_file, write_tensors
+from adaptemb.serialization import FORMAT_VERSION, INDEX_FORMAT, atomic_write, existing_file, write_tensors
 
 ANN_VERSION = "1"
+_SAFETENSORS_DTYPES = {np.dtype(t): name for name, t in (
+    ("BOOL", np.bool_), ("U8", np.uint8), ("I8", np.int8), ("U16", np.uint16), ("I16", np.int16), ("F16", np.float16),
+    ("U32", np.uint32), ("I32", np.int32), ("F32", np.float32), ("U64", np.uint64), ("I64", np.int64),
+    ("F64", np.float64))}
 
 
 def save_ann(index: Any, path: str | Path) -> Path:
     """Write ``index`` (an ``AnnIndex``; its live rows) to ``path``; see ``adaptemb.ann.storage``."""
+    return write_tensors(path, *ann_contents(index))
+
+
+def ann_contents(index: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """The tensors and string metadata of an ``AnnIndex``'s file (its live rows)."""
     store = CellStore(index.store.main, index.store.added)
     if store.added is not None or store.main.alive is not None:
         store.compact()
@@ -65,7 +75,36 @@ def save_ann(index: Any, path: str | Path) -> Path:
             "top_k": calibration.top_k, "queries": calibration.queries, "source": calibration.source}),
         "rerank": json.dumps(rerank or None),
     }
-    return write_tensors(path, tensors, metadata)
+    return tensors, metadata
+
+
+def write_tensors_streamed(path: str | Path, tensors: dict[str, Any], metadata: dict[str, str],
+                           chunk_bytes: int = 1 << 26) -> Path:
+    """``write_tensors``' file, atomically, written ``chunk_bytes`` at a time from arrays that may be memory-mapped
+    (the safetensors library copies every tensor into memory first). The layout is the library's documented one:
+    a little-endian header length, the JSON header (tensor entries and ``__metadata__``, with the manifest
+    ``write_tensors`` records) padded to 8 bytes, then the tensors' bytes in header order."""
+    arrays = {name: a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a) for name, a in tensors.items()}
+    manifest = {name: [str(torch.from_numpy(np.zeros(0, a.dtype)).dtype).removeprefix("torch."), list(a.shape)]
+                for name, a in arrays.items()}
+    header: dict[str, Any] = {"__metadata__": {**metadata, "tensors": json.dumps(manifest, sort_keys=True)}}
+    offset = 0
+    for name, array in arrays.items():
+        header[name] = {"dtype": _SAFETENSORS_DTYPES[np.dtype(array.dtype)], "shape": list(array.shape),
+                        "data_offsets": [offset, offset + array.nbytes]}
+        offset += array.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as handle:
+            handle.write(struct.pack("<Q", len(text)) + text)
+            for array in arrays.values():
+                flat = array.reshape(-1) if array.flags.c_contiguous else np.ascontiguousarray(array).reshape(-1)
+                step = max(1, chunk_bytes // max(flat.itemsize, 1))
+                handle.writelines(np.ascontiguousarray(flat[start : start + step]).tobytes() for start in range(0, len(flat), step))
+
+    return atomic_write(path, write)
 
 
 def is_ann_file(path: str | Path) -> bool:
