@@ -77,3 +77,23 @@ def test_a_work_folder_of_another_build_is_refused(shards: tuple, tmp_path: Path
     (work / "job.json").write_text('{"shards": "other"}')
     with pytest.raises(ValueError, match="holds an unfinished build of other codes, compressor or settings"):
         build_index_from_shards(codes_folder, model, target, ann=CONFIG)
+
+
+def test_the_cli_builds_the_same_index_and_says_what_was_wrong(shards: tuple, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from adaptemb.cli import app
+
+    _, model, codes_folder = shards
+    args = ["index", "build", "--codes", str(codes_folder), "-c", str(model), "--out", str(tmp_path / "cli.safetensors"),
+            "--cells", "32"]
+    config = ["--recall", "0.9"]
+    wrong = CliRunner().invoke(app, [*args, "--recall", "1.5"])
+    assert wrong.exit_code != 0 and "recall" in wrong.output and "less than or equal to 1" in wrong.output
+    assert not (tmp_path / "cli.safetensors").exists()
+    # the CLI sets cells and recall only; the rest are AnnConfig's defaults, as the library call with them
+    built = CliRunner().invoke(app, [*args, *config])
+    assert built.exit_code == 0, built.output
+    default = build_index_from_shards(codes_folder, model, tmp_path / "default.safetensors",
+                                      ann={"cells": 32, "recall": 0.9})
+    assert (tmp_path / "cli.safetensors").read_bytes() == default.read_bytes()
