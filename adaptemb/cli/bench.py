@@ -114,6 +114,9 @@ def bench_command(
     scale_check: Annotated[int, typer.Option(
         "--scale-check", min=0, help="--scale: check each index's top-10 against brute force through score() "
         "on this many queries.")] = 0,
+    ann: Annotated[bool, flag("ann", "With --scale: also sweep each method's approximate index (recall@10 against QPS) "
+                              "beside faiss IVF-RaBitQ (with and without refine), IVF-PQ with refine and HNSW; "
+                              "a table, ann.png and a recommendation per budget and target recall.")] = False,
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="Timed rounds per latency measurement (the median is "
                                                            "reported; more for a tighter spread).")] = 3,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Warm-up rounds before timing.")] = 1,
@@ -139,13 +142,15 @@ def bench_command(
     if names is not None:  # the default list is known once the dataset is loaded
         _check_names(names, param or [])
     scale_config = None
+    if ann and not scale:
+        raise ValueError("--ann sweeps approximate indexes in the scale study: give --scale N (rows) with it")
     if scale:
         scale_ks: tuple[int | None, ...] = (None,) if scale_budgets.strip() == "default" else tuple(
             parse_ints(scale_budgets, "--scale-budgets"))
         scale_config = ScaleConfig(rows=scale, noise=scale_noise, budgets=scale_ks, device=device, seed=seed,
                                    baselines=tuple(b.strip() for b in scale_baselines.split(",") if b.strip()),
                                    batch_size=batch_size, warmup=warmup, rounds=min(rounds, 3), progress=not quiet,
-                                   check_queries=scale_check)
+                                   check_queries=scale_check, ann=ann)
     if budgets is not None and nbytes is not None:
         raise ValueError("pass --bytes (byte budgets) or --budgets (each method's own k), not both")
     byte_budgets = None if budgets is not None else parse_ints(nbytes or DEFAULT_BYTES, "--bytes")
@@ -176,3 +181,9 @@ def bench_command(
     stdout = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 220)
     print_table(result, stdout, wide=wide, all_rows=all_rows)
     print_summary(result, files, stdout)
+    if result.ann_recommendation:
+        from adaptemb.evaluate.ann_curves import recommendation_lines
+
+        stdout.print("approximate search (recall@10 against the exact float top-10; the fastest index that reaches it):")
+        for line in recommendation_lines(result.ann_recommendation):
+            stdout.print(f"  {line}", highlight=False)
