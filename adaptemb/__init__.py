@@ -45,6 +45,7 @@ from adaptemb.errors import (
     ZeroRowsWarning,
 )
 from adaptemb.index import Index, SearchResult
+from adaptemb.index_build import build_index_from_shards
 from adaptemb.indexing import CompressedIndex, Rerank
 from adaptemb.inputs import INPUT_KINDS, InputKind, IntegerEmbeddings, scale_offset_from_ranges
 from adaptemb.linalg import has_direction, principal_components, unit_rows
@@ -126,6 +127,7 @@ __all__ = [
     "as_matrix",
     "blockwise_scores",
     "build_index",
+    "build_index_from_shards",
     "compare_codes",
     "compress",
     "cosine_distance",

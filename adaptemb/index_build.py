@@ -111,6 +111,7 @@ class _ShardBuild:
         self.first = read_code_shard(folder, job, job.shards[0])[0]
         self.budget = model.query_budget(self.first)  # the budget of the codes (fixed-k codes: any shard's)
         self.held_docs: Codes | None = None
+        self.id_dtype = np.int32 if self.n < 2**31 else np.int64  # as the in-memory build stores row numbers
 
     def shards(self) -> Any:
         """(shard number, codes, row ids) of each shard, read one at a time."""
@@ -210,14 +211,14 @@ class _ShardBuild:
             cells = np.load(self.work / "assign" / f"{number:05d}.npy")
             order = np.argsort(cells, kind="stable")
             starts = offsets[:-1] + before[number]
-            columns["ids"] = np.asarray(ids, np.int64)
+            columns["ids"] = np.asarray(ids, self.id_dtype)
             for name, array in columns.items():
                 _scatter(rows / f"{name}.bin", array[order], cells[order], starts)
             filled.add(number)
             _write_json(filled_path, sorted(filled))
         mapped = {name: np.memmap(rows / f"{name}.bin", dtype=dtype, mode="r", shape=(self.n, *shape))
                   for name, (dtype, shape) in layout.items()}
-        ids = np.memmap(rows / "ids.bin", dtype=np.int64, mode="r", shape=(self.n,))
+        ids = np.memmap(rows / "ids.bin", dtype=self.id_dtype, mode="r", shape=(self.n,))
         return Segment(open_codes(self.job.kind, {**shared, **mapped}, self.job.dim), ids, offsets)
 
 

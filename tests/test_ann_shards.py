@@ -42,6 +42,8 @@ def test_the_index_built_from_shards_is_the_in_memory_one(shards: tuple, tmp_pat
     in_memory = compressor.index(adaptemb.read_code_shards(codes_folder), ann=AnnConfig(**CONFIG))
     np.testing.assert_array_equal(streamed.store.main.offsets, in_memory.store.main.offsets)
     np.testing.assert_array_equal(streamed.store.main.ids, in_memory.store.main.ids)
+    assert streamed.store.main.ids.dtype == in_memory.store.main.ids.dtype
+    assert streamed.bytes_per_vector == in_memory.bytes_per_vector
     np.testing.assert_array_equal(streamed.calibration.recall, in_memory.calibration.recall)
     _, queries = data()
     for nprobe in (2, 8):
