@@ -1,6 +1,7 @@
 """adaptemb: compress frozen embeddings, fit once, encode at any budget."""
 
 from adaptemb._version import __version__
+from adaptemb.ann import AnnConfig, AnnIndex, CellScorer
 from adaptemb.api import compress, fit, get_compressor, list_compressors, load, load_codes, load_index
 from adaptemb.batches import Batches, StreamBatches, TensorBatches
 from adaptemb.budgets import Budgets, ByteBudgets
@@ -44,6 +45,7 @@ from adaptemb.errors import (
     ZeroRowsWarning,
 )
 from adaptemb.index import Index, SearchResult
+from adaptemb.index_build import build_index_from_shards
 from adaptemb.indexing import CompressedIndex, Rerank
 from adaptemb.inputs import INPUT_KINDS, InputKind, IntegerEmbeddings, scale_offset_from_ranges
 from adaptemb.linalg import has_direction, principal_components, unit_rows
@@ -85,11 +87,14 @@ __all__ = [
     "ITQ_SAMPLE_ROWS",
     "AdaptembError",
     "AdaptembWarning",
+    "AnnConfig",
+    "AnnIndex",
     "Batches",
     "BinaryCodes",
     "BinarySparseCodes",
     "Budgets",
     "ByteBudgets",
+    "CellScorer",
     "Checkpoints",
     "Codes",
     "CompressedIndex",
@@ -132,6 +137,7 @@ __all__ = [
     "as_matrix",
     "blockwise_scores",
     "build_index",
+    "build_index_from_shards",
     "compare_codes",
     "compress",
     "cosine_distance",

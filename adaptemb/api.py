@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from adaptemb.ann import AnnIndex, is_ann_file, load_ann
 from adaptemb.budgets import Budgets
 from adaptemb.codes import Codes
 from adaptemb.compressor import Array
@@ -127,8 +128,11 @@ def load(path: str | Path) -> Compressor:
     return _compressor(metadata, tensors, path)
 
 
-def load_index(path: str | Path, *, device: str = "auto") -> CompressedIndex:
-    """Load an index saved with ``CompressedIndex.save``: its compressor, codes and backend, on ``device``."""
+def load_index(path: str | Path, *, device: str = "auto") -> CompressedIndex | AnnIndex:
+    """Load an index saved with ``CompressedIndex.save`` (its compressor, codes and backend, on ``device``) or with
+    ``AnnIndex.save`` (opened memory-mapped)."""
+    if is_ann_file(path):
+        return load_ann(path)
     metadata, tensors = read_adaptemb_file(path, INDEX_FORMAT, "index")
     compressor = _compressor(metadata, split_prefix(tensors, "compressor."), path)
     try:

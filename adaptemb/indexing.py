@@ -79,13 +79,15 @@ class Indexing:
     kind); a method whose kinds no backend serves is searched by brute force through its ``score``."""
 
     def index(self: IndexedCompressor, doc_codes: Codes, *, device: str = "auto", k: int | None = None,
-              **options: Any) -> CompressedIndex:
+              ann: Any = None, **options: Any) -> Any:
         """A search index over ``doc_codes`` (from this compressor's ``encode``).
 
         The backend is the one registered for (``query_kind``, the documents' kind); ``options`` go to it
         (``backend``, ``query_batch``, ...) over the method's own ``index_options``. ``k`` is the budget
         raw queries are encoded at (default: the budget the documents were encoded at). A method whose
         kinds no backend serves is searched by brute force through ``score`` (``index.brute_force``).
+        ``ann``: ``"auto"`` or an ``adaptemb.AnnConfig`` for an approximate index (``adaptemb.ann.AnnIndex``,
+        answering the same ``search`` calls); None (the default): the exact index.
         """
         self._require_fitted()
         if not isinstance(doc_codes, Codes):
@@ -95,6 +97,12 @@ class Indexing:
             self.budgets().resolve(budget, self.name)
         query_kind = self.query_kind or (doc_codes.kind if self.symmetric else None)
         backend = None if query_kind is None else get_index_registry().for_kinds(query_kind, doc_codes.kind)
+        if ann is not None:
+            if query_kind is None:
+                raise TypeError(f"{self.name} declares no query kind: its codes have no approximate index")
+            from adaptemb.ann import build_ann  # the approximate layer sits above; this is its one hook
+
+            return build_ann(self, doc_codes, ann, query_kind=query_kind, budget=budget, backend=backend)
         if backend is None:
             query_batch = options.get("query_batch", 512)
             return CompressedIndex(self, ScoreIndex(doc_codes, self.score, query_batch=query_batch), budget=budget)

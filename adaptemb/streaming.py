@@ -339,21 +339,30 @@ def _read_shard(path: Path) -> dict[str, RowColumn]:
 def read_code_shards(out: str | Path, *, ids: bool = False) -> Codes | tuple[Codes, np.ndarray]:
     """The codes a finished ``encode_files`` run wrote under ``out``, in row order (and the row ids)."""
     folder = Path(out)
+    job = finished_job(folder)
+    parts, row_ids = zip(*(read_code_shard(folder, job, shard) for shard in job.shards))
+    codes = parts[0] if len(parts) == 1 else type(parts[0]).concat(list(parts))
+    return (codes, np.concatenate(row_ids)) if ids else codes
+
+
+def finished_job(folder: str | Path) -> EncodeJob:
+    """The encode job of ``folder``; an unfinished one is an error that says to run it again."""
     job = read_manifest(folder)
     if not job.complete:
         raise ValueError(f"{folder} holds an unfinished encode job; run the same encode again to finish it")
-    cls = Codes.for_kind(job.kind)
+    return job
+
+
+def read_code_shard(folder: str | Path, job: EncodeJob, shard: Shard) -> tuple[Codes, np.ndarray]:
+    """One shard of a finished encode job under ``folder``: its codes and their row ids."""
+    path = Path(folder) / shard.file
+    try:
+        columns = _read_shard(path)
+    except (OSError, ValueError) as err:
+        raise CorruptFileError(f"{path} is not a readable code shard: {err}") from None
     shared = {name: _decode_array(spec) for name, spec in job.shared.items()}
-    parts, row_ids = [], []
-    for shard in job.shards:
-        try:
-            columns = _read_shard(folder / shard.file)
-        except (OSError, ValueError) as err:
-            raise CorruptFileError(f"{folder / shard.file} is not a readable code shard: {err}") from None
-        row_ids.append(columns.pop("id").values)
-        parts.append(cls.from_row_columns(columns, shared, job.dim))
-    codes = parts[0] if len(parts) == 1 else cls.concat(parts)
-    return (codes, np.concatenate(row_ids)) if ids else codes
+    row_ids = columns.pop("id").values
+    return Codes.for_kind(job.kind).from_row_columns(columns, shared, job.dim), row_ids
 
 
 # -- the manifest -----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 from adaptemb.cli import (
     bench,  # noqa: F401  bench
     datasets,  # noqa: F401  datasets list, build, info
+    index,  # noqa: F401  index build
     models,  # noqa: F401  plugins, fit, compress, export, info
     stream,  # noqa: F401  encode, export-codes
 )

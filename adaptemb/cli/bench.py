@@ -120,6 +120,9 @@ ScaleBaselinesOption = Annotated[str, typer.Option(
 ScaleCheckOption = Annotated[int, typer.Option(
     "--scale-check", min=0, help="--scale: check each index's top-10 against brute force through score() "
     "on this many queries.")]
+AnnOption = Annotated[bool, flag("ann", "With --scale: also sweep each method's approximate index (recall@10 against QPS) "
+                                  "beside faiss IVF-RaBitQ (with and without refine), IVF-PQ with refine and HNSW; "
+                                  "a table, ann.png and a recommendation per budget and target recall.")]
 RoundsOption = Annotated[int, typer.Option("--rounds", min=1, help="Timed rounds per latency measurement (the median is "
                                                               "reported; more for a tighter spread).")]
 WarmupOption = Annotated[int, typer.Option("--warmup", min=0, help="Warm-up rounds before timing (the quality search over "
@@ -168,18 +171,22 @@ class MethodChoice:
 
 @dataclass(frozen=True)
 class ScaleChoice:
-    """The ``--scale*`` options: the scale study's rows (0: off), budgets, noise, faiss baselines and check."""
+    """The ``--scale*`` options: the scale study's rows (0: off), budgets, noise, faiss baselines and check, and
+    ``--ann`` (the approximate indexes' sweep, which needs the study's rows)."""
 
     rows: int
     budgets: str
     noise: float
     baselines: str
     check_queries: int
+    ann: bool = False
 
     def config(self, timing: Timing, *, device: Device, seed: int, progress: bool) -> ScaleConfig | None:
         """The study's ``ScaleConfig`` (at most 3 timed rounds), or ``None`` when ``--scale`` is 0."""
         from adaptemb.evaluate.scale import ScaleConfig
 
+        if self.ann and not self.rows:
+            raise ValueError("--ann sweeps approximate indexes in the scale study: give --scale N (rows) with it")
         if not self.rows:
             return None
         ks: tuple[int | None, ...] = (None,) if self.budgets.strip() == "default" else tuple(
@@ -187,7 +194,7 @@ class ScaleChoice:
         return ScaleConfig(rows=self.rows, noise=self.noise, budgets=ks, device=device, seed=seed,
                            baselines=tuple(b.strip() for b in self.baselines.split(",") if b.strip()),
                            batch_size=timing.batch_size, warmup=timing.warmup, rounds=min(timing.rounds, 3),
-                           progress=progress, check_queries=self.check_queries)
+                           progress=progress, check_queries=self.check_queries, ann=self.ann)
 
 
 @dataclass(frozen=True)
@@ -286,6 +293,12 @@ def report_bench(result: BenchResult, dataset: Dataset, settings: BenchSettings)
     stdout = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 220)
     print_table(result, stdout, wide=settings.wide, all_rows=settings.all_rows)
     print_summary(result, files, stdout)
+    if result.ann_recommendation:
+        from adaptemb.evaluate.ann_curves import recommendation_lines
+
+        stdout.print("approximate search (recall@10 against the exact float top-10; the fastest index that reaches it):")
+        for line in recommendation_lines(result.ann_recommendation):
+            stdout.print(f"  {line}", highlight=False)
 
 
 @app.command("bench")
@@ -311,6 +324,7 @@ def bench_command(
     scale_noise: ScaleNoiseOption = 0.75,
     scale_baselines: ScaleBaselinesOption = "flat,hnsw,ivfpq",
     scale_check: ScaleCheckOption = 0,
+    ann: AnnOption = False,
     rounds: RoundsOption = 3,
     warmup: WarmupOption = 0,
     batch_size: BatchSizeOption = 512,
@@ -326,7 +340,7 @@ def bench_command(
 
     choice = MethodChoice.parse(methods, param or [], matryoshka=matryoshka, fit_labels=fit_labels)
     timing = Timing(rounds=rounds, warmup=warmup, batch_size=batch_size)
-    scale_config = ScaleChoice(scale, scale_budgets, scale_noise, scale_baselines, scale_check).config(
+    scale_config = ScaleChoice(scale, scale_budgets, scale_noise, scale_baselines, scale_check, ann).config(
         timing, device=device, seed=seed, progress=not quiet)
     config = bench_config(choice, budgets, nbytes, timing=timing, scale=scale_config, device=device, rerank=rerank,
                           shortlist=shortlist, seed=seed, save_runs=save_runs, fit_workers=fit_workers,

@@ -87,6 +87,10 @@ class BenchResult:
     rankings: list[tuple[Row, TopK]] = field(default_factory=list)
     """With ``BenchConfig.keep_rankings``: (row of ``rows``, its (scores, ids) best first) per row; not in
     ``as_dict``."""
+    ann: list[Row] = field(default_factory=list)
+    """With ``--ann``: the recall@10 / QPS points of every approximate index (``adaptemb.evaluate.ann_curves``)."""
+    ann_recommendation: list[Row] = field(default_factory=list)
+    """With ``--ann``: per byte budget and target recall, the fastest approximate index reaching it."""
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name != "rankings"}
@@ -115,6 +119,7 @@ class RunContext:
     """The seconds of each method's first fit (what a composition that shares it adds to its own)."""
     benched: list[tuple[Compressor, int | None, float]] = field(default_factory=list)
     """(fitted compressor, budget, fit seconds) of every main-table codes row, in order: the scale study's plan."""
+    ann: list[Row] = field(default_factory=list)
     rankings: list[tuple[Row, TopK]] = field(default_factory=list)
     """With ``BenchConfig.keep_rankings``: each row and its ranking (``keep_ranking``)."""
     ahead: dict[Any, Any] = field(default_factory=dict)

@@ -18,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from adaptemb.datasets import Dataset
+from adaptemb.evaluate.ann_report import ann_markdown, plot_ann
 from adaptemb.evaluate.colours import method_colours
 from adaptemb.evaluate.columns import (
     COLUMNS,
@@ -258,6 +259,7 @@ def write_markdown(result: BenchResult, path: Path, files: dict[str, Path]) -> P
         )
         parts += ["", f"## Scale study: {result.scale[0]['n']:,} rows", "", explanation, "",
                   markdown_table(result.scale, SCALE_COLUMNS)]
+    parts += ann_markdown(result)
     parts += ["", "## Plots", ""]
     parts += [f"![{name}]({p.name})" for name, p in files.items() if p.suffix == ".png"]
     parts += ["", "## Files", ""] + [f"- [{p.name}]({p.name})" for p in files.values() if p.suffix != ".png"]
@@ -293,5 +295,7 @@ def write_report(result: BenchResult, out_dir: Path, *, query_ids: Sequence[str]
         files["per_query"] = out_dir / PER_QUERY_FILE
     if result.scale:
         files["scale"] = plot_scale(result, out_dir / "scale.png")
+    if result.ann:
+        files["ann"] = plot_ann(result, out_dir / "ann.png")
     files["markdown"] = write_markdown(result, out_dir / "report.md", files)
     return files

@@ -31,6 +31,7 @@ from adaptemb.budgets import Budgets
 from adaptemb.codes import Codes, DenseCodes
 from adaptemb.datasets import Dataset
 from adaptemb.devices import resolve_device
+from adaptemb.evaluate.ann_curves import recommend_ann
 from adaptemb.evaluate.context import BenchConfig, BenchResult, RunContext
 from adaptemb.evaluate.funnel_rows import REFERENCE, rerank_rows
 from adaptemb.evaluate.latency import time_search, timed
@@ -107,6 +108,8 @@ def run_bench(data: Dataset, config: BenchConfig,
         scale=scale,
         steps=ctx.steps.finish(),
         rankings=ctx.rankings,
+        ann=ctx.ann,
+        ann_recommendation=recommend_ann(ctx.ann, budgets) if ctx.ann else [],
     )
 
 
@@ -162,7 +165,7 @@ def _scale_rows(ctx: RunContext) -> list[Row]:
         for name, compressor in ctx.fitted.items():
             plan.extend(_scale_budgets(name, compressor, [k for k in wanted if k is not None], ctx))
     ctx.steps.start("scale", f"scale study: {ctx.config.scale.rows:,} rows, {len(plan)} method rows and faiss baselines")
-    rows = run_scale(ctx.data, list(dict.fromkeys(plan)), ctx.config.scale, ctx.notes)
+    rows = run_scale(ctx.data, list(dict.fromkeys(plan)), ctx.config.scale, ctx.notes, ctx.ann)
     for row in rows:
         row["fit_s"] = fit_s.get((row["method"], row["k"]))
     return rows

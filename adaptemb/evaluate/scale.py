@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from adaptemb.datasets import Dataset
+from adaptemb.evaluate.ann_curves import FAISS_INDEXES, faiss_curves, method_curve
 from adaptemb.evaluate.latency import time_search, timed
 from adaptemb.evaluate.memory import PeakMemory
 from adaptemb.evaluate.metrics import (
@@ -62,6 +63,8 @@ class ScaleConfig:
     ivf_nprobe: int = 16
     check_queries: int = 0
     """Also check on this many queries that each index returns the top-10 of the method's ``score()``."""
+    ann: bool = False
+    """Also sweep each method's approximate index and faiss' (``adaptemb.evaluate.ann_curves``)."""
     progress: bool = True
 
 
@@ -86,15 +89,16 @@ def scaled_corpus(corpus: np.ndarray, rows: int, *, noise: float, seed: int = 0)
 
 
 def run_scale(data: Dataset, fitted: Sequence[tuple[Compressor, int | None]], config: ScaleConfig,
-              notes: list[str]) -> list[Row]:
-    """Rows for the faiss baselines and each (fitted compressor, budget) at ``config.rows`` rows."""
+              notes: list[str], ann_points: list[Row] | None = None) -> list[Row]:
+    """Rows for the faiss baselines and each (fitted compressor, budget) at ``config.rows`` rows; with
+    ``config.ann``, the points of every approximate index go to ``ann_points``."""
     unknown = sorted(set(config.baselines) - set(BASELINES))
     if unknown:
         raise ValueError(f"unknown scale baseline(s) {', '.join(unknown)}; use any of {', '.join(BASELINES)}")
     corpus = scaled_corpus(np.asarray(data.corpus, dtype=np.float32), config.rows, noise=config.noise, seed=config.seed)
     queries = np.ascontiguousarray(data.queries, dtype=np.float32)
     qrels = sp.csr_matrix((data.qrels.data, data.qrels.indices, data.qrels.indptr), shape=(len(queries), config.rows))
-    study = _Study(config, corpus, queries, qrels)
+    study = _Study(config, corpus, queries, qrels, notes)
     steps = ["flat", *(b for b in config.baselines if b != "flat"), *fitted]
     rows = []
     for step in progress_bar(steps, enabled=config.progress, desc=f"scale study at {config.rows:,} rows", unit="index"):
@@ -106,6 +110,11 @@ def run_scale(data: Dataset, fitted: Sequence[tuple[Compressor, int | None]], co
             rows.append(study.method(compressor, k))
         except (ValueError, TypeError, NotImplementedError, MemoryError) as err:
             notes.append(f"scale: {compressor.name} k={k} skipped, {type(err).__name__}: {err}")
+    if config.ann and ann_points is not None:
+        ann_points.extend(study.ann_points)
+        points, more = faiss_curves(corpus, queries, study.exact_ids, FAISS_INDEXES, config.rounds, config.seed)
+        ann_points.extend(points)
+        notes.extend(more)
     flat = rows[0]["latency_median_s"]
     for row in rows:
         row["speedup_vs_flat"] = flat / max(row["latency_median_s"], 1e-12)
@@ -115,9 +124,11 @@ def run_scale(data: Dataset, fitted: Sequence[tuple[Compressor, int | None]], co
 class _Study:
     """The scaled corpus and queries, the exact top-10 of float search, and how every row is measured."""
 
-    def __init__(self, config: ScaleConfig, corpus: np.ndarray, queries: np.ndarray, qrels: sp.csr_matrix) -> None:
-        self.config, self.corpus, self.queries, self.qrels = config, corpus, queries, qrels
+    def __init__(self, config: ScaleConfig, corpus: np.ndarray, queries: np.ndarray, qrels: sp.csr_matrix,
+                 notes: list[str]) -> None:
+        self.config, self.corpus, self.queries, self.qrels, self.notes = config, corpus, queries, qrels, notes
         self.exact_ids: np.ndarray | None = None
+        self.ann_points: list[Row] = []
 
     def baseline(self, name: str) -> Row:
         d = self.corpus.shape[1]
@@ -144,7 +155,17 @@ class _Study:
         row["brute_force"] = index.brute_force
         if self.config.check_queries and not isinstance(query_codes, np.ndarray):
             row["score_check"] = self._check_against_score(compressor, index, query_codes, codes)
+        if self.config.ann:
+            self._ann_curve(compressor, k, codes, ids)
         return row
+
+    def _ann_curve(self, compressor: Compressor, k: int | None, codes: Any, exact_codes_ids: np.ndarray) -> None:
+        assert self.exact_ids is not None
+        try:
+            self.ann_points.extend(method_curve(compressor, k, codes, self.queries, self.exact_ids, exact_codes_ids,
+                                                self.config.rounds))
+        except (ValueError, TypeError, NotImplementedError, MemoryError) as err:
+            self.notes.append(f"ann: {compressor.name} k={k} has no approximate index here, {type(err).__name__}: {err}")
 
     def _check_against_score(self, compressor: Compressor, index: Any, query_codes: Any, codes: Any) -> dict[str, Any]:
         """Top-10 of the index vs brute force through ``compressor.score`` (documents in blocks)."""

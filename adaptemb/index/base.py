@@ -35,6 +35,9 @@ class Index(ABC):
 
     name: ClassVar[str]
     pairs: ClassVar[tuple[tuple[str, str], ...]]
+    ann_scorer: ClassVar[type | None] = None
+    """The ``adaptemb.CellScorer`` subclass the approximate index (``Compressor.index(codes, ann=...)``) scans these
+    kinds with; None: a built-in one, else the generic scorer through the compressor's ``score``."""
 
     def __init__(self, docs: Codes, *, device: str = "cpu", query_batch: int = 512, query_kind: str | None = None) -> None:
         if not any(docs.kind == doc_kind for _, doc_kind in self.pairs):

@@ -1,0 +1,224 @@
+"""Coarse cells: where a code is stored and which cells a query probes.
+
+Routing happens in the query codes' own space, so it serves raw query embeddings and query codes alike: a query is
+the dense form of its query code (``ProjectedQueries.values``, a ``DenseCodes`` row), a document the dense form of
+its code (a packed sparse code's dequantised values, a sign code's ±1 vector), and a query's score is their inner
+product (plus a per-query constant). Both are mapped by one ``basis`` (qdim, r), the top principal directions of
+sample queries (the directions queries vary in, so ``<basis.T q, basis.T z>`` keeps ``<q, z>`` where queries
+live), and compared with unit centroids (spherical k-means over the documents' mapped rows, faiss). Every document
+belongs to the cell of its nearest centroid; a query probes the cells of its ``nprobe`` nearest centroids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from adaptemb.codes import Codes
+
+BLOCK_ROWS = 65536
+"""Documents mapped (and assigned) at a time: bounds the (rows, r) temporaries."""
+Vectors = Callable[[Codes], "np.ndarray | sp.csr_matrix"]
+"""Codes -> their rows in the query codes' space (dense or CSR)."""
+ROUTE_BLOCK = 4096
+"""Queries routed with one matrix product (bounds the (queries, cells) scores)."""
+ASSIGN_PROBES = 8
+"""Coarse groups of centroids searched when assigning a document (faiss ``IndexIVFFlat`` over the centroids)."""
+
+
+def dense_rows(codes: Codes) -> np.ndarray | sp.csr_matrix:
+    """The rows of ``codes`` as vectors of their code space: a CSR matrix for sparse kinds, else ``to_dense()``."""
+    to_csr = getattr(codes, "to_csr", None)
+    return to_csr() if callable(to_csr) else np.asarray(codes.to_dense(), dtype=np.float32)
+
+
+def routing_basis(sample: np.ndarray, dims: int, seed: int = 0) -> np.ndarray | None:
+    """(qdim, r) orthonormal columns: the ``dims`` strongest directions (uncentred) of the ``sample`` query rows
+    (m, qdim), by a randomised SVD (``torch.svd_lowrank``: a range finder with power iterations, Halko et al.
+    2011); None when the queries have at most ``dims`` dimensions (they are used as they are)."""
+    if sample.shape[1] <= dims:
+        return None
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        _, _, right = torch.svd_lowrank(torch.from_numpy(np.ascontiguousarray(sample, dtype=np.float32)),
+                                        q=min(dims + 8, *sample.shape), niter=2)
+    return np.ascontiguousarray(right[:, :dims].numpy(), dtype=np.float32)
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (all-zero rows stay zero), in place; returns ``x``."""
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    np.divide(x, norms, out=x, where=norms > 0)
+    return x
+
+
+@dataclass(frozen=True)
+class Router:
+    """The routing space (``basis``) and the ``centroids`` (cells, r) of the cells: each cell's mean row (as mapped,
+    not scaled to unit length). A query probes the cells of largest ``<query, centroid>``; a document belongs to the
+    cell of the nearest centroid in direction (cosine)."""
+
+    basis: np.ndarray | None
+    centroids: np.ndarray
+
+    @property
+    def cells(self) -> int:
+        return self.centroids.shape[0]
+
+    @property
+    def dims(self) -> int:
+        return self.centroids.shape[1]
+
+    def map(self, rows: np.ndarray | sp.csr_matrix, *, scaled: bool = True) -> np.ndarray:
+        """Code-space rows (n, qdim), dense or CSR, as rows of the routing space (n, r), float32: unit rows, or as
+        mapped with ``scaled=False``."""
+        mapped = rows if self.basis is None else rows @ self.basis
+        mapped = np.array(mapped.toarray() if sp.issparse(mapped) else mapped, dtype=np.float32, order="C")
+        return unit(mapped) if scaled else mapped
+
+    def map_codes(self, codes: Codes, vectors: Vectors = dense_rows) -> np.ndarray:
+        """``map`` of the ``vectors`` of every row of ``codes``, ``BLOCK_ROWS`` at a time."""
+        out = np.empty((len(codes), self.dims), np.float32)
+        for start in range(0, len(codes), BLOCK_ROWS):
+            out[start : start + BLOCK_ROWS] = self.map(vectors(codes[start : start + BLOCK_ROWS]))
+        return out
+
+    def cell_sums(self, codes: Codes, cells: np.ndarray, vectors: Vectors = dense_rows) -> tuple[np.ndarray, np.ndarray]:
+        """(the sum of the mapped rows (not scaled) in each cell, float64 (cells, r); the rows in each cell) over
+        ``codes`` in cells ``cells``: sums over parts of the rows add up (``with_means``)."""
+        sums = np.zeros((self.cells, self.dims), np.float64)
+        for start in range(0, len(codes), BLOCK_ROWS):
+            block = self.map(vectors(codes[start : start + BLOCK_ROWS]), scaled=False)
+            members = cells[start : start + BLOCK_ROWS]
+            sums += sp.csr_matrix((np.ones(len(members)), (members, np.arange(len(members)))),
+                                  shape=(self.cells, len(members))) @ block
+        return sums, np.bincount(cells, minlength=self.cells)
+
+    def with_means(self, sums: np.ndarray, counts: np.ndarray) -> Router:
+        """This router with each cell's mean mapped row as its centroid (rounded to float16 as stored): a query's inner
+        product with them ranks cells by the scores of their documents (cosines to unit centroids would ignore that
+        the documents' lengths differ). An empty cell keeps its current centroid."""
+        means = sums / np.maximum(counts, 1)[:, None]
+        means = np.where(counts[:, None] > 0, means, self.centroids).astype(np.float32)
+        return Router(self.basis, means.astype(np.float16).astype(np.float32))
+
+    def route(self, queries: np.ndarray, nprobe: int) -> np.ndarray:
+        """The cells of each query's ``nprobe`` nearest centroids (``queries``: code-space rows), int32 (nq, nprobe):
+        in no particular order, or, when every cell is asked for, nearest first. One matrix product a block of
+        queries and a partial sort (faster here than faiss' flat search with its heaps, which sort every probe)."""
+        nprobe = min(int(nprobe), self.cells)
+        out = np.empty((len(queries), nprobe), np.int32)
+        for start in range(0, len(queries), ROUTE_BLOCK):
+            scores = self.map(queries[start : start + ROUTE_BLOCK]) @ self.centroids.T
+            if nprobe == self.cells:
+                out[start : start + len(scores)] = np.argsort(-scores, axis=1, kind="stable")
+            else:
+                out[start : start + len(scores)] = np.argpartition(-scores, nprobe - 1, axis=1)[:, :nprobe]
+        return out
+
+    def assign(self, codes: Codes, vectors: Vectors = dense_rows) -> np.ndarray:
+        """The cell of each row of ``codes`` (its nearest centroid, searched among the centroids of the
+        ``ASSIGN_PROBES`` nearest coarse groups): int32 (n,)."""
+        search = self._assigner()
+        out = np.empty(len(codes), np.int32)
+        for start in range(0, len(codes), BLOCK_ROWS):
+            _, found = search.search(self.map(vectors(codes[start : start + BLOCK_ROWS])), 1)
+            out[start : start + BLOCK_ROWS] = found[:, 0]
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the stored centroids and basis (float16)."""
+        return 2 * (self.centroids.size + (0 if self.basis is None else self.basis.size))
+
+    def _assigner(self) -> faiss.Index:
+        centroids = unit(np.array(self.centroids, dtype=np.float32))
+        groups = int(np.sqrt(self.cells))
+        if groups < 4 * ASSIGN_PROBES:
+            flat = faiss.IndexFlatIP(self.dims)
+            flat.add(centroids)
+            return flat
+        ivf = faiss.IndexIVFFlat(faiss.IndexFlatIP(self.dims), self.dims, groups, faiss.METRIC_INNER_PRODUCT)
+        ivf.cp.seed = 0
+        ivf.train(centroids)
+        ivf.add(centroids)
+        ivf.nprobe = ASSIGN_PROBES
+        return ivf
+
+
+def train_centroids(sample: np.ndarray, cells: int, *, seed: int = 0, iterations: int = 10) -> np.ndarray:
+    """Unit centroids (cells, r) of the unit ``sample`` rows: spherical k-means (faiss ``Kmeans``) in two levels,
+    about sqrt(cells) coarse clusters, each split into a share of the cells in proportion to its rows (as faiss'
+    contrib ``two_level_clustering`` does, here with ``iterations`` at both levels)."""
+    if cells > len(sample):
+        raise ValueError(f"cannot train {cells} cells on {len(sample)} sample rows; use at most {len(sample)} cells")
+    sample = np.ascontiguousarray(sample, dtype=np.float32)
+    if cells < 64:
+        return _kmeans(sample, cells, seed, iterations)
+    coarse = _kmeans(sample, int(np.sqrt(cells)), seed, iterations)
+    flat = faiss.IndexFlatIP(sample.shape[1])
+    flat.add(coarse)
+    _, group = flat.search(sample, 1)
+    group = group[:, 0]
+    shares = _shares(np.bincount(group, minlength=len(coarse)), cells)
+    parts = [_kmeans(sample[group == g], int(share), seed + g, iterations) for g, share in enumerate(shares) if share]
+    return unit(np.concatenate(parts))
+
+
+def _kmeans(rows: np.ndarray, k: int, seed: int, iterations: int) -> np.ndarray:
+    """``k`` unit centroids of ``rows`` (spherical faiss k-means; the rows themselves when there are at most k)."""
+    if k >= len(rows):
+        return unit(rows[:k].copy())
+    kmeans = faiss.Kmeans(rows.shape[1], k, niter=iterations, seed=seed, spherical=True, min_points_per_centroid=1,
+                          max_points_per_centroid=256)
+    kmeans.train(rows)
+    return unit(kmeans.centroids.copy())
+
+
+def _shares(sizes: np.ndarray, total: int) -> np.ndarray:
+    """``total`` split in proportion to ``sizes`` (largest remainders), no share above its size."""
+    exact = sizes * total / sizes.sum()
+    shares = np.minimum(np.floor(exact).astype(np.int64), sizes)
+    for g in np.argsort(-(exact - shares), kind="stable"):
+        if shares.sum() >= total:
+            break
+        if shares[g] < sizes[g]:
+            shares[g] += 1
+    while shares.sum() < total:  # rounding left cells over: give them to groups with rows to spare
+        spare = np.flatnonzero(shares < sizes)
+        shares[spare[: total - shares.sum()]] += 1
+    return shares
+
+
+@dataclass(frozen=True)
+class CellLayout:
+    """Documents in cell order: cell ``c`` holds rows ``offsets[c]:offsets[c + 1]`` of the stored codes, and
+    stored row ``i`` is the caller's document ``ids[i]``."""
+
+    offsets: np.ndarray  # (cells + 1,) int64
+    ids: np.ndarray  # (n,) int32 where ids fit, else int64
+
+    @classmethod
+    def of(cls, assignment: np.ndarray, cells: int, ids: np.ndarray | None = None) -> tuple[CellLayout, np.ndarray]:
+        """The layout of documents assigned to ``assignment`` cells (their ids ``ids``, default 0..n-1), and the
+        order that puts the codes in cell order (ascending id within a cell)."""
+        ids = np.arange(len(assignment), dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
+        order = np.lexsort((ids, assignment))
+        counts = np.bincount(assignment, minlength=cells)
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return cls(offsets, id_array(ids[order])), order
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def id_array(ids: np.ndarray) -> np.ndarray:
+    """``ids`` as int32 when every id fits, else int64."""
+    fits = not len(ids) or (int(ids.min()) >= 0 and int(ids.max()) < 2**31)
+    return np.ascontiguousarray(ids, dtype=np.int32 if fits else np.int64)
