@@ -44,6 +44,7 @@ def fit(
     bytes: int | Sequence[int] | None = None,
     pairs: tuple[Array, Array] | None = None,
     labels: Array | None = None,
+    queries: Array | None = None,
     key: str | None = None,
     **params: Any,
 ) -> Compressor:
@@ -55,7 +56,8 @@ def fit(
     without a budget accept only ``k=None`` or ``k=d``, the same rule as ``encode``. ``bytes`` (one number or a
     list): the bytes per vector to fit for, for a method whose config has ``byte_budgets`` (csr: heads trained
     for the budgets; compositions: the ranks prepared); others refuse it (fit, then ``encode(x, bytes=B)``).
-    ``pairs``/``labels`` go to methods that learn from them; the other ``params`` configure the method.
+    ``pairs``/``labels`` go to methods that learn from them; ``queries`` (an unlabelled sample of real queries) to
+    methods whose fit-time choices it judges (``Compressor.fit``); the other ``params`` configure the method.
 
     Integer embeddings you already have come in with ``input_kind`` (``adaptemb.inputs.InputOptions``): ``"int8"``
     (an int8 array, dequantised as ``input_offset + input_scale * x``, defaults 0.0 and 1.0, each a number or one
@@ -64,7 +66,7 @@ def fit(
     (``threshold="zero"``) keeps packed bits as its codes; see ``adaptemb.inputs``.
     """
     compressor, spec = _configured(emb, method, k=k, nbytes=bytes, params=params)
-    return compressor.fit_as(emb, spec, pairs=pairs, labels=labels, key=key)
+    return compressor.fit_as(emb, spec, pairs=pairs, labels=labels, queries=queries, key=key)
 
 
 def _configured(emb: Any, method: str, *, k: int | None, nbytes: int | Sequence[int] | None,
@@ -105,17 +107,19 @@ def compress(
     k: int | None = None,
     pairs: tuple[Array, Array] | None = None,
     labels: Array | None = None,
+    queries: Array | None = None,
     **params: Any,
 ) -> Codes:
     """Fit ``method`` on ``emb`` and return the codes of ``emb`` at budget ``k`` (an array: for rows larger than
     memory, ``fit`` the files and write their codes with ``encode_files``). ``input_kind`` and its options read
-    integer embeddings, as in ``fit``. ``emb`` is read and validated once, for the fit and the codes alike."""
+    integer embeddings, as in ``fit``; ``queries`` a sample of real queries, as in ``fit``. ``emb`` is read and
+    validated once, for the fit and the codes alike."""
     if RowStream.of(emb) is not None:
         raise TypeError("compress() needs the embeddings as an array; for files or batches larger than memory, "
                         "fit(paths, method) then encode_files(paths, compressor, out_dir)")
     compressor, spec = _configured(emb, method, k=k, nbytes=None, params=params)
     read = spec.read_rows(emb)
-    return compressor.fit_as(read, spec, pairs=pairs, labels=labels).encode_as(read, spec, k)
+    return compressor.fit_as(read, spec, pairs=pairs, labels=labels, queries=queries).encode_as(read, spec, k)
 
 
 def load(path: str | Path) -> Compressor:

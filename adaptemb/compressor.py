@@ -100,9 +100,12 @@ class CompressorCore(Capabilities, ABC):
 
     @takes_input_options
     def fit(self: _Self, x: Array | str | Path | Sequence[str | Path] | RowStream | Iterable[Array] | Callable[[], Iterable[Array]],  # noqa: PYI019 (typing.Self is 3.11+; 3.10 is supported)
-            *, pairs: tuple[Array, Array] | None = None, labels: Array | None = None, key: str | None = None,
-            **inputs: Unpack[InputOptions]) -> _Self:
-        """Fit on embeddings ``x`` (n, d); ``pairs`` or ``labels`` where the method learns from them.
+            *, pairs: tuple[Array, Array] | None = None, labels: Array | None = None, queries: Array | None = None,
+            key: str | None = None, **inputs: Unpack[InputOptions]) -> _Self:
+        """Fit on embeddings ``x`` (n, d); ``pairs`` or ``labels`` where the method learns from them; ``queries``
+        (m, d), an unlabelled sample of real queries, where the method makes fit-time choices by them (``"queries"``
+        in ``fit_inputs``: each choice judged by how much of each query's exact float top-10 among the fit rows the
+        candidate finds, instead of fit rows standing in for queries; others refuse it, ``adaptemb.fitting``).
 
         ``input_kind``: ``"float"`` (default), ``"int8"`` (an int8 array, read as ``input_offset + input_scale *
         x``; defaults 0.0 and 1.0, each a number or one per dimension) or ``"ubinary"`` (sign bits packed 8 per
@@ -116,14 +119,14 @@ class CompressorCore(Capabilities, ABC):
         A method that encodes directions (``normalizes_rows``) leaves all-zero rows out, counted in
         ``fit_report["zero_rows_skipped"]`` with one ``ZeroRowsWarning`` (``adaptemb.fitting``).
         """
-        return self.fit_as(x, InputSpec.of(**inputs), pairs=pairs, labels=labels, key=key)
+        return self.fit_as(x, InputSpec.of(**inputs), pairs=pairs, labels=labels, queries=queries, key=key)
 
     def fit_as(self: _Self, x: Any, spec: InputSpec, *, pairs: tuple[Array, Array] | None = None,  # noqa: PYI019
-               labels: Array | None = None, key: str | None = None) -> _Self:
+               labels: Array | None = None, queries: Array | None = None, key: str | None = None) -> _Self:
         """``fit`` with its input options as one ``InputSpec``; ``x`` may be rows read already (``ReadRows``), which
         nothing reads again (``adaptemb.compress`` fits and encodes what it read once)."""
         self.fit_report = None
-        fit_compressor(self, x, pairs=pairs, labels=labels, key=key, spec=spec)
+        fit_compressor(self, x, pairs=pairs, labels=labels, queries=queries, key=key, spec=spec)
         return self
 
     def budgets(self) -> Budgets:

@@ -5,6 +5,11 @@ hooks: ``_fit`` (validated float32 rows), ``_fit_stream`` (a ``RowStream``) or `
 embeddings of a kind the method keeps as its codes). A method that encodes directions (``normalizes_rows``)
 learns from the rows that have one: all-zero rows (with their labels, and pairs holding one) are left out,
 counted in ``fit_report["zero_rows_skipped"]`` / ``["zero_pairs_skipped"]``, with one ``ZeroRowsWarning``.
+
+``queries``: an unlabelled sample of real queries (m, d) for the methods that make fit-time choices by them
+(``"queries"`` in their ``fit_inputs``: csr, compositions before a sign-bit quantiser): each choice is judged by
+how much of each sample query's exact float top-10 among the fit rows the candidate finds. A method without such
+a choice refuses the sample (``QUERY_USERS``), as it refuses pairs or labels it does not learn from.
 """
 
 from __future__ import annotations
@@ -47,16 +52,24 @@ class Learner(Protocol):
     def _fit_passthrough(self, given: IntegerEmbeddings, **supervision: Any) -> None: ...
 
 
-def fit_compressor(learner: Learner, x: Any, *, pairs: Any = None, labels: Any = None, key: str | None = None,
-                   spec: InputSpec | None = None) -> None:
+QUERY_USERS = ("csr (its k and value bits per byte budget, and its heads)",
+               "compositions before a sign-bit quantiser, e.g. svd+binary (each width's rotation and bits per dimension)")
+"""What a query sample judges, named in the error a method without such a choice gives."""
+
+
+def fit_compressor(learner: Learner, x: Any, *, pairs: Any = None, labels: Any = None, queries: Any = None,
+                   key: str | None = None, spec: InputSpec | None = None) -> None:
     """Fit ``learner`` on ``x``: an array (read as ``spec`` says), rows read already (``ReadRows``), or files /
-    batches / a ``RowStream``."""
+    batches / a ``RowStream``; ``queries`` a sample of real queries (see the module docstring)."""
     spec = spec or InputSpec()
+    if queries is not None:
+        require_queries(learner)
     stream = None if isinstance(x, ReadRows) else RowStream.of(x, key=key, nonzero_rows=learner.normalizes_rows)
     if stream is None:
         if key is not None:
             raise TypeError("key names a column or tensor of a file; pass it with a path, not an array")
-        _fit_rows(learner, x if isinstance(x, ReadRows) else spec.read_rows(x), pairs=pairs, labels=labels, spec=spec)
+        _fit_rows(learner, x if isinstance(x, ReadRows) else spec.read_rows(x), pairs=pairs, labels=labels,
+                  queries=queries, spec=spec)
         return
     if not spec.is_float:
         raise InvalidConfigError(f"input_kind={spec.kind!r} applies to an array in memory; files, batches and "
@@ -64,10 +77,10 @@ def fit_compressor(learner: Learner, x: Any, *, pairs: Any = None, labels: Any =
     if labels is not None:
         raise ValueError("labels must line up with rows held in memory: fit on an array to use labels "
                          "(a stream's rows are read in shuffled chunks); pairs work with streams")
-    _fit_from_stream(learner, stream, pairs)
+    _fit_from_stream(learner, stream, pairs, queries)
 
 
-def _fit_rows(learner: Learner, read: ReadRows, *, pairs: Any, labels: Any, spec: InputSpec) -> None:
+def _fit_rows(learner: Learner, read: ReadRows, *, pairs: Any, labels: Any, queries: Any, spec: InputSpec) -> None:
     given = read.given
     passthrough = given is not None and given.kind in learner.accepts_input_kinds
     matrix = None if passthrough else read.floats()
@@ -82,6 +95,8 @@ def _fit_rows(learner: Learner, read: ReadRows, *, pairs: Any, labels: Any, spec
     if labels is not None:
         require_fit_input(learner, "labels")
         supervision["labels"] = torch.from_numpy(as_vector(labels, name="labels", length=n, integer=True).astype(np.int64))
+    if queries is not None:
+        supervision["queries"] = check_queries(learner, queries, dim)
     if matrix is not None and bool(zero.any()):  # rows without a direction: left out, their labels with them
         matrix = matrix[~zero]
         if "labels" in supervision:
@@ -96,13 +111,15 @@ def _fit_rows(learner: Learner, read: ReadRows, *, pairs: Any, labels: Any, spec
     report_zero_rows(learner, int(zero.sum()), n, pairs_skipped, None if pairs is None else len(pairs[0]))
 
 
-def _fit_from_stream(learner: Learner, stream: RowStream, pairs: Any) -> None:
+def _fit_from_stream(learner: Learner, stream: RowStream, pairs: Any, queries: Any) -> None:
     supervision: dict[str, Any] = {}
     with compute_threads():
         pairs_skipped = None
         if pairs is not None:  # a first pass may be needed for the width of Python batches
             require_fit_input(learner, "pairs")
             supervision["pairs"], pairs_skipped = check_pairs(learner, pairs, stream.dim or _first_width(stream))
+        if queries is not None:
+            supervision["queries"] = check_queries(learner, queries, stream.dim or _first_width(stream))
         learner._fit_stream(stream, **supervision)
     assert stream.dim is not None and stream.rows is not None
     learner.dim = stream.dim
@@ -123,6 +140,30 @@ def require_fit_input(learner: Learner, kind: str) -> None:
     if kind not in learner.fit_inputs:
         accepted = ", ".join(sorted(learner.fit_inputs)) or "only the embeddings"
         raise InvalidConfigError(f"{learner.name} does not learn from {kind}; it accepts {accepted}")
+
+
+def require_queries(learner: Learner) -> None:
+    """``InvalidConfigError`` unless the method makes a fit-time choice a query sample judges (``fit_inputs``)."""
+    if "queries" not in learner.fit_inputs:
+        raise InvalidConfigError(f"{learner.name} makes no fit-time choice that a sample of queries could judge, so it "
+                                 f"does not take queries=...; the methods that do: {'; '.join(QUERY_USERS)}",
+                                 parameter="queries")
+
+
+def check_queries(learner: Learner, queries: Any, dim: int) -> torch.Tensor:
+    """The validated query sample (m, d) float32: finite, not empty, of the fit rows' dimension; for a method that
+    encodes directions, its all-zero rows left out (``ValueError`` when every row is)."""
+    require_queries(learner)
+    if isinstance(queries, (np.ndarray, torch.Tensor)) and queries.ndim == 2 and queries.shape[1] != dim:
+        raise ValueError(f"queries have dimension {queries.shape[1]}, but the embeddings being fitted have {dim}; "
+                         "pass a sample of real queries embedded by the same model")
+    sample = as_matrix(queries, name="queries", dim=dim)
+    if learner.normalizes_rows:
+        zero = zero_rows(sample)
+        if bool(zero.all()):
+            raise all_zero_error("queries", len(sample), learner.name)
+        sample = sample[~zero]
+    return sample
 
 
 def check_pairs(learner: Learner, pairs: Any, dim: int,

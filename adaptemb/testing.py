@@ -321,6 +321,26 @@ class CompressorContract:
         with pytest.raises(NotFittedError):
             fresh.encode(np.ones((2, 32), dtype=np.float32))
 
+    def test_query_sample_is_used_or_refused(self, contract_data: Data, contract_params: dict[str, Any],
+                                             tmp_path: Path) -> None:
+        """A method that judges fit-time choices by a sample of real queries (``"queries"`` in ``fit_inputs``) fits
+        with one (seeded: the same codes twice; saved and loaded: the same codes) and refuses a sample of the wrong
+        dimension, with NaN or empty, naming it; any other method refuses the sample, naming the methods that take one."""
+        x = contract_data[0]
+        sample = (x[::6] + 0.1 * np.random.default_rng(1).standard_normal(x[::6].shape)).astype(np.float32)
+        fresh = adaptemb.get_compressor(self.method, **contract_params)
+        if "queries" not in fresh.fit_inputs:
+            with pytest.raises(InvalidConfigError, match="queries"):
+                fresh.fit(x, queries=sample)
+            return
+        first, second = (adaptemb.get_compressor(self.method, seed=3, **contract_params).fit(x, queries=sample)
+                         for _ in range(2))
+        assert_same_codes(first.encode(x), second.encode(x))
+        assert_same_codes(adaptemb.load(first.save(tmp_path / "model.safetensors")).encode(x), first.encode(x))
+        for bad, message in ((sample[:, :31], "dimension 31"), (np.full_like(sample, np.nan), "NaN"), (sample[:0], "empty")):
+            with pytest.raises(ValueError, match=message):
+                adaptemb.get_compressor(self.method, **contract_params).fit(x, queries=bad)
+
     # -- all-zero rows are data -----------------------------------------------------------------
 
     def test_fit_leaves_out_zero_rows_of_direction_methods(self, contract_data: Data, contract_params: dict[str, Any],

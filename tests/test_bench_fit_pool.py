@@ -53,6 +53,26 @@ def test_fits_in_workers_give_the_rows_of_fits_in_process() -> None:
     assert shared["svd+binary"] > shared["svd"] > 0  # the shared fit's seconds included, as in-process
 
 
+def test_the_query_sample_reaches_the_fits_in_workers() -> None:
+    """--fit-queries: the dev queries judge svd+binary's choices in its worker as in-process (the same rows and fit
+    reports, carried back beside the pickled fit); svd+rabitq has no choice a sample judges and takes none there."""
+    data = _data()
+    rng = np.random.default_rng(1)
+    data.dev_queries = (data.corpus[rng.choice(len(data.corpus), 40, replace=False)] + 0.05).astype(np.float32)
+    runs = [run_bench(data, BenchConfig(methods=["svd", "svd+binary", "svd+rabitq"], bytes=[8, 16], device="cpu",
+                                        rounds=1, fit_progress=False, fit_workers=workers, fit_queries=500))
+            for workers in (1, 2)]
+    assert _rows(runs[1]) == _rows(runs[0])
+    assert [row.get("fit_report") for row in runs[1].rows] == [row.get("fit_report") for row in runs[0].rows]
+    labels = [step["label"] for step in runs[1].steps]
+    assert any(label.startswith("svd+binary: fit on") and label.endswith("(worker process)") for label in labels)
+    for result in runs:
+        reports = [row["fit_report"] for row in result.rows if row["method"] == "svd+binary"]
+        assert reports and all(report["query_choice"]["64"]["queries"] == 40 for report in reports)
+        assert any("svd+binary: its fit-time choices judged by 40 real queries" in note for note in result.notes)
+        assert not any(note.startswith("svd+rabitq: its fit-time") for note in result.notes)
+
+
 class PidToy(adaptemb.get_registry().get("mrl")):  # type: ignore[misc]
     """Test method registered at run time: mrl that remembers which process fitted it, and fails when
     ``fail_in_worker`` is set and that process is not the test's."""

@@ -21,6 +21,7 @@ from adaptemb.compose import (
     random_rotation,
 )
 from adaptemb.compose import choice as compose_choice
+from adaptemb.compose.rotation import DEFAULT_ITQ_ITERATIONS
 from adaptemb.index.float_binary import FloatBinaryIndex
 from adaptemb.serialization import read_tensors
 from adaptemb.testing import clustered_embeddings
@@ -97,16 +98,23 @@ def test_itq_brings_the_rows_closer_to_their_signs() -> None:
     np.testing.assert_array_equal(converged, itq_rotation(centred, converged, iterations=1000))
 
 
-def test_auto_rotation_is_itq_before_sign_bits_and_none_before_other_quantisers(x: np.ndarray) -> None:
-    """auto: ITQ (from the seeded random start) before binary's sign bits; no rotation before rabitq."""
+def test_auto_rotation_is_none_at_small_ranks_then_itq_before_sign_bits_and_none_before_other_quantisers(
+        x: np.ndarray, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto: no rotation up to rank NO_ROTATION_MAX_RANK (listed in the file as unrotated), ITQ (from the seeded
+    random start, DEFAULT_ITQ_ITERATIONS rounds) above it before binary's sign bits; no rotation before rabitq."""
+    assert compose_choice.NO_ROTATION_MAX_RANK == 128 and DEFAULT_ITQ_ITERATIONS == 20
+    monkeypatch.setattr(compose_choice, "NO_ROTATION_MAX_RANK", 16)  # the 48-d fixture's ranks are 16 and 48
     fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2], bits_per_dim=1)
-    assert fitted.fit_report["rotation"] == "itq"
-    learned = fitted.state_tensors()["rank16.rotation"].double().numpy()
-    rows = fitted._projected(torch.from_numpy(x), 16).double().numpy()
-    expected = itq_rotation(rows - rows.mean(axis=0), random_rotation(16, 0), 50)
-    np.testing.assert_allclose(learned, expected, atol=1e-6)
-    assert not np.allclose(learned, random_rotation(16, 0), atol=1e-3)
-    np.testing.assert_allclose(learned @ learned.T, np.eye(16), atol=1e-5)
+    assert fitted.fit_report["rotations"] == {16: "none", 48: "itq"}
+    _, tensors = read_tensors(fitted.save(tmp_path / "auto.safetensors"))
+    assert tensors["unrotated_widths"].tolist() == [16] and "rank16.center" not in tensors
+    np.testing.assert_array_equal(adaptemb.load(tmp_path / "auto.safetensors").encode(x).packed, fitted.encode(x).packed)
+    learned = fitted.state_tensors()["rank48.rotation"].double().numpy()
+    rows = fitted._projected(torch.from_numpy(x), 48).double().numpy()
+    expected = itq_rotation(rows - rows.mean(axis=0), random_rotation(48, 0), DEFAULT_ITQ_ITERATIONS)
+    np.testing.assert_allclose(learned, expected, atol=1e-5)
+    assert not np.allclose(learned, random_rotation(48, 0), atol=1e-3)
+    np.testing.assert_allclose(learned @ learned.T, np.eye(48), atol=1e-5)
     assert adaptemb.fit(x, "svd+rabitq", byte_budgets=[4]).fit_report["rotation"] == "none"
 
 
@@ -167,6 +175,7 @@ def test_a_hadamard_rotation_is_stored_as_signs_and_scores_like_its_matrix(x: np
 
 def test_auto_is_itq_up_to_its_largest_rank_then_hadamard_and_older_itq_files_still_load(
         x: np.ndarray, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compose_choice, "NO_ROTATION_MAX_RANK", 0)  # before it, auto rotated every rank
     monkeypatch.setattr(compose_choice, "ITQ_MAX_RANK", 100)  # every rank of the 48-d fixture: what older fits were
     older = adaptemb.fit(x, "svd+binary", byte_budgets=[2])
     assert older.fit_report["rotation"] == "itq"
@@ -194,7 +203,7 @@ def test_damaged_hadamard_signs_are_refused_at_load(x: np.ndarray) -> None:
 
 
 def test_float_queries_are_rotated_without_centring_and_score_against_signs(x: np.ndarray) -> None:
-    fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2], bits_per_dim=1)
+    fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2], bits_per_dim=1, rotation="itq")
     docs, queries = fitted.encode(x[:50], k=16), fitted.encode_queries(x[50:55], k=16)
     assert docs.kind == "binary" and docs.dim == 16 and queries.kind == "dense" and fitted.query_kind == "dense"
     svd = adaptemb.fit(x, "svd")

@@ -93,6 +93,10 @@ MatryoshkaOption = Annotated[bool, flag("matryoshka", "The embeddings are Matryo
                                         "adds the compositions of projections made for them (mrl+binary, ...).")]
 FitLabelsOption = Annotated[bool, flag("fit-labels", "Fit the methods that learn from labels (csr, cllr, ...) with the "
                                        "dataset's corpus labels; the default list then adds cllr+binary, ...")]
+FitQueriesOption = Annotated[int, typer.Option(
+    "--fit-queries", min=0, help="Real queries never evaluated that judge the fits' choices (csr, svd+binary, ...: "
+    "fit(x, queries=...)): the dataset's dev_queries, else this many of its queries held out of the evaluation; "
+    "0 (default): fits choose without queries.")]
 BudgetsOption = Annotated[str | None, typer.Option(
     "--budgets", help="Comma list of budgets k in each method's own unit (active dims, bits, sub-quantisers); "
     "instead of --bytes.")]
@@ -221,7 +225,7 @@ class BenchSettings:
 
 def bench_config(choice: MethodChoice, budgets: str | None, nbytes: str | None, *, timing: Timing,
                  scale: ScaleConfig | None, device: Device, rerank: bool, shortlist: int, seed: int,
-                 save_runs: bool, fit_workers: int | None) -> BenchConfig:
+                 save_runs: bool, fit_workers: int | None, fit_queries: int = 0) -> BenchConfig:
     """The run's ``BenchConfig`` (its ``methods`` stay empty until ``MethodChoice.resolve``): ``--bytes`` or
     ``--budgets``, never both; ``--bytes`` defaults to ``DEFAULT_BYTES``."""
     from adaptemb.evaluate.runner import BenchConfig
@@ -233,7 +237,8 @@ def bench_config(choice: MethodChoice, budgets: str | None, nbytes: str | None, 
                        bytes=byte_budgets, device=device, rerank=rerank, shortlist=shortlist, seed=seed,
                        rounds=timing.rounds, warmup=timing.warmup, batch_size=timing.batch_size,
                        method_params=method_params(choice.params), fit_progress=False,
-                       fit_labels=choice.fit_labels, scale=scale, keep_rankings=save_runs, fit_workers=fit_workers)
+                       fit_labels=choice.fit_labels, fit_queries=fit_queries, scale=scale, keep_rankings=save_runs,
+                       fit_workers=fit_workers)
 
 
 def load_bench_data(settings: BenchSettings, console: Console) -> Dataset:
@@ -252,6 +257,25 @@ def load_bench_data(settings: BenchSettings, console: Console) -> Dataset:
         from adaptemb.evaluate.runs import check_run_ids
 
         check_run_ids(dataset)
+    return dataset
+
+
+def hold_out_fit_queries(dataset: Dataset, config: BenchConfig) -> Dataset:
+    """With ``--fit-queries N``, a dataset without ``dev_queries`` and a method of the run that takes a query sample:
+    the dataset with N (at most a third) of its queries held out of the evaluation as that sample (noted);
+    else ``dataset``."""
+    from adaptemb.evaluate.runner import query_takers
+
+    if not config.fit_queries or dataset.dev_queries is not None or len(dataset.queries) < 3:
+        return dataset
+    takers = query_takers(config)
+    if not takers:
+        return dataset
+    held = min(config.fit_queries, len(dataset.queries) // 3)
+    dataset = dataset.holding_out_queries(held, config.seed)
+    dataset.notes.append(f"fit queries: {held:,} of the dataset's queries (seeded) are held out of the evaluation "
+                         f"as the query sample of {', '.join(takers)} (the dataset has no dev_queries); "
+                         f"{len(dataset.queries):,} evaluated")
     return dataset
 
 
@@ -287,6 +311,7 @@ def bench_command(
     methods: MethodsOption = None,
     matryoshka: MatryoshkaOption = False,
     fit_labels: FitLabelsOption = False,
+    fit_queries: FitQueriesOption = 0,
     budgets: BudgetsOption = None,
     nbytes: BytesOption = None,
     device: DeviceOption = "auto",
@@ -318,11 +343,13 @@ def bench_command(
     scale_config = ScaleChoice(scale, scale_budgets, scale_noise, scale_baselines, scale_check, ann).config(
         timing, device=device, seed=seed, progress=not quiet)
     config = bench_config(choice, budgets, nbytes, timing=timing, scale=scale_config, device=device, rerank=rerank,
-                          shortlist=shortlist, seed=seed, save_runs=save_runs, fit_workers=fit_workers)
+                          shortlist=shortlist, seed=seed, save_runs=save_runs, fit_workers=fit_workers,
+                          fit_queries=fit_queries)
     settings = BenchSettings(data, backbone, split, choice, config, out, save_runs=save_runs, quiet=quiet, wide=wide,
                              all_rows=all_rows)
     console = Console(stderr=True, quiet=quiet)
     dataset = load_bench_data(settings, console)
     config.methods = choice.resolve(dataset)
+    dataset = hold_out_fit_queries(dataset, config)
     result = run_bench(dataset, config, progress=None if quiet else StepBar(console))
     report_bench(result, dataset, settings)

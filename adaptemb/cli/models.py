@@ -90,6 +90,10 @@ def fit_command(
         "--pair-documents", help="The document embeddings of those pairs, one row per query.")] = None,
     labels: Annotated[Path | None, typer.Option(
         "--labels", help="One integer class label per input row (.npy or .npz), for methods that learn from labels.")] = None,
+    queries: Annotated[Path | None, typer.Option(
+        "--queries", help="An unlabelled sample of real query embeddings (any embedding file): csr and compositions "
+        "before sign bits (svd+binary, ...) judge their fit-time choices by how much of each query's exact top-10 a "
+        "candidate finds; other methods refuse it.")] = None,
     report: Annotated[Path | None, typer.Option(
         "--report", help="Also write the whole fit report (every loss and statistic) to this JSON file.")] = None,
     input_kind: InputKindOption = "float",
@@ -104,7 +108,7 @@ def fit_command(
         raise ValueError("--stream reads float embeddings; integer embeddings (--input-kind) are fitted in memory")
     if not stream and (engine != "local" or ray_address is not None):
         raise ValueError("--engine and --ray-address choose how a stream is read: add --stream")
-    supervision = _supervision(pair_queries, pair_documents, labels)
+    supervision = _supervision(pair_queries, pair_documents, labels, queries)
     for_bytes: dict[str, Any] = {} if nbytes is None else {"bytes": parse_ints(nbytes, "--bytes")}
     if stream:
         ray = engine == "ray"
@@ -125,8 +129,9 @@ def fit_command(
             console.print(f"whole fit report in {report}")
 
 
-def _supervision(pair_queries: Path | None, pair_documents: Path | None, labels: Path | None) -> dict[str, Any]:
-    """The ``pairs`` / ``labels`` keyword arguments of ``fit`` read from the files the options name."""
+def _supervision(pair_queries: Path | None, pair_documents: Path | None, labels: Path | None,
+                 queries: Path | None = None) -> dict[str, Any]:
+    """The ``pairs`` / ``labels`` / ``queries`` keyword arguments of ``fit`` read from the files the options name."""
     if (pair_queries is None) != (pair_documents is None):
         raise ValueError("pairs need both --pair-queries and --pair-documents (row i of one is paired with row i "
                          "of the other)")
@@ -135,6 +140,8 @@ def _supervision(pair_queries: Path | None, pair_documents: Path | None, labels:
         supervision["pairs"] = (load_embeddings(pair_queries), load_embeddings(pair_documents))
     if labels is not None:
         supervision["labels"] = load_embeddings(labels)
+    if queries is not None:
+        supervision["queries"] = load_embeddings(queries)
     return supervision
 
 

@@ -1,11 +1,14 @@
 """How a composition's fit chooses its stages: ``StageChoice``, a mixin of ``ComposedCompressor``.
 
-* the rotation ``rotation="auto"`` fits at a rank (``rotation_kind``: ITQ up to ``ITQ_MAX_RANK`` before sign bits);
+* the rotation ``rotation="auto"`` fits at a rank (``rotation_kind``: before sign bits none up to
+  ``NO_ROTATION_MAX_RANK``, ITQ up to ``ITQ_MAX_RANK``, Hadamard above) and the rotations a query sample judges
+  there instead (``rotation_candidates``; the judging is ``adaptemb.compose.query_choice``);
 * the ranks to prepare: the largest rank whose codes fit each byte budget (``byte_budgets``, by default
-  ``default_byte_ladder``), code sizes measured by fitting the quantiser on a sample of projected rows;
+  ``default_byte_ladder``), code sizes measured by fitting the quantiser on a sample of projected rows, and before
+  a sign-bit quantiser the 2-bit widths that fill budgets past the full rank's 1-bit code;
 * ``rotation="pairs"``: the rotation whose labelled pairs rank best (MRR) among the fit rows' codes;
-* ``bits_per_dim``: 1 or 2 bits per dimension at a width (2 bits on half the rank, ``adaptemb.compose.levels``),
-  by the recall of held-out rows' exact neighbours.
+* ``bits_per_dim``: without a query sample ``auto`` keeps 1 bit up to the full rank and 2 bits past it, and
+  ``bits_per_dim=2`` 2 bits on half the rank at every width where that half is a rank (``adaptemb.compose.levels``).
 """
 
 from __future__ import annotations
@@ -17,16 +20,8 @@ import numpy as np
 import torch
 
 from adaptemb.budgets import largest_budget_within
-from adaptemb.compose.levels import (
-    CHOICE_MIN_QUERIES,
-    SignMagnitude,
-    exact_neighbours,
-    fit_levels,
-    held_out_split,
-    lift,
-    neighbour_recall,
-)
-from adaptemb.compose.rotation import ITQ_MAX_RANK, fit_rotation
+from adaptemb.compose.levels import SignMagnitude, fit_levels, lift, widths_beyond_full_rank
+from adaptemb.compose.rotation import ITQ_MAX_RANK, NO_ROTATION_MAX_RANK, fit_rotation
 from adaptemb.compose.stages import Stage, transformed_documents
 from adaptemb.method import Compressor
 from adaptemb.ranking import reciprocal_ranks
@@ -37,11 +32,15 @@ if TYPE_CHECKING:
 
 SIZE_SAMPLE_ROWS = 1024
 """Fit rows a quantiser is fitted on to measure its code size at a candidate rank (more where the rank is larger)."""
-CHOICE_ROTATIONS = ("random", "itq", "none")
+SMALL_RANK_ROTATIONS, LARGE_RANK_ROTATIONS = ("none", "random", "itq"), ("none", "hadamard")
+"""The rotations a query sample judges for ``rotation="auto"`` up to rank ``ITQ_MAX_RANK`` and above it, in the order
+that breaks a tie (the cheaper first)."""
+PAIR_ROTATIONS = ("random", "itq", "none")
 """The rotations ``rotation="pairs"`` chooses among, in the order that breaks a tie, up to rank ``ITQ_MAX_RANK``;
-above it ``LARGE_RANK_CHOICES`` (ITQ would take minutes per rank, and Hadamard stands in for the dense random matrix)."""
-LARGE_RANK_CHOICES = ("hadamard", "none")
-CHOICE_ROWS, CHOICE_PAIRS = 10_000, 2_000
+above it ``LARGE_RANK_PAIR_ROTATIONS`` (ITQ would take minutes per rank, and Hadamard stands in for the dense random
+matrix)."""
+LARGE_RANK_PAIR_ROTATIONS = ("hadamard", "none")
+PAIR_ROWS, PAIR_SAMPLE = 10_000, 2_000
 """At most this many fit rows (the distractors) and pairs (seeded samples) measure the pairs' MRR of a rotation."""
 
 
@@ -56,8 +55,8 @@ def default_byte_ladder(largest: float) -> list[int]:
 
 class StageChoice:
     """The choices of a composition's fit (a mixin of ``ComposedCompressor``; it uses the composition's ``config``,
-    ``Quantizer``, fitted ``_projection`` and ``_stages``, and its ``_fit_stage``, ``_projected``,
-    ``_stage_queries`` and ``_scores``)."""
+    ``Quantizer``, fitted ``_projection`` and ``_stages``, and its ``_projected``, ``_stage_queries`` and
+    ``_scores``)."""
 
     Quantizer: ClassVar[type[Compressor]]
     config: ComposedConfig
@@ -66,19 +65,26 @@ class StageChoice:
     _choices: dict[int, dict[str, Any]]
 
     if TYPE_CHECKING:
-        def _fit_stage(self, x: torch.Tensor, rank: int, supervision: dict[str, Any]) -> Stage: ...
         def _projected(self, x: torch.Tensor, rank: int) -> torch.Tensor: ...
         def _stage_queries(self, stage: Stage, y: torch.Tensor) -> Codes: ...
         def _scores(self, quantizer: Compressor, query_codes: Codes, doc_codes: Codes) -> np.ndarray: ...
 
     def rotation_kind(self, rank: int) -> str:
         """The rotation this config fits at ``rank``: ``rotation``; ``auto`` before a sign-bit quantiser (its
-        ``sign_bits``) is ITQ up to rank ``ITQ_MAX_RANK`` and Hadamard above, before any other quantiser none."""
+        ``sign_bits``) is none up to rank ``NO_ROTATION_MAX_RANK``, ITQ up to ``ITQ_MAX_RANK`` and Hadamard above,
+        before any other quantiser none (a query sample, ``fit(x, queries=...)``, chooses instead)."""
         if self.config.rotation != "auto":
             return self.config.rotation
-        if not self.Quantizer.sign_bits:
+        if not self.Quantizer.sign_bits or rank <= NO_ROTATION_MAX_RANK:
             return "none"
         return "itq" if rank <= ITQ_MAX_RANK else "hadamard"
+
+    def rotation_candidates(self, rank: int) -> tuple[str, ...]:
+        """The rotations a query sample judges at ``rank``: every candidate for ``rotation="auto"`` (none, random
+        and ITQ up to rank ``ITQ_MAX_RANK``, none and Hadamard above), else the configured one."""
+        if self.config.rotation != "auto":
+            return (self.config.rotation,)
+        return SMALL_RANK_ROTATIONS if rank <= ITQ_MAX_RANK else LARGE_RANK_ROTATIONS
 
     def _plan_ranks(self, x: torch.Tensor) -> list[int]:
         """The ranks to prepare: the largest rank whose codes fit each byte budget (sizes measured by fitting the
@@ -100,7 +106,13 @@ class StageChoice:
         sizes[full] = float(probe.encode(self._projected(sample[:1], full)).bytes_per_vector)
         budgets = self.config.byte_budgets or default_byte_ladder(sizes[full])
         ranks = {largest_budget_within(nbytes, options, size) for nbytes in budgets}
+        if self._two_bit_widths(self._projection, [2 * options[0]]):  # 2 bits may fill budgets past the full rank
+            ranks |= set(widths_beyond_full_rank(budgets, options, sizes[full], self._two_bit_size))
         return sorted(r for r in ranks | {full, self.config.k} if r is not None)
+
+    @property
+    def _full(self) -> int:
+        return self._projection.budgets().options()[-1]
 
     def _sample_size(self, sample: torch.Tensor, rank: int) -> float:
         """Bytes per vector of the quantiser's codes at ``rank`` (infinite where it cannot code that rank)."""
@@ -110,7 +122,7 @@ class StageChoice:
         except (ValueError, TypeError, RuntimeError):
             return math.inf
 
-    def _two_bit_widths(self, projection: Compressor) -> list[int]:
+    def _two_bit_widths(self, projection: Compressor, widths: list[int] | None = None) -> list[int]:
         """The prepared widths that may hold 2 bits on half the rank: every even one whose half is a rank of the
         projection, before a sign-bit quantiser that learns from nothing but the rows, unless bits_per_dim=1 or
         rotation='pairs'."""
@@ -118,45 +130,26 @@ class StageChoice:
                 or self.Quantizer.fit_inputs):
             return []
         ranks = set(projection.budgets().options())
-        return [width for width in sorted(self._stages) if width % 2 == 0 and width // 2 in ranks]
+        return [width for width in widths or sorted(self._stages) if width % 2 == 0 and width // 2 in ranks
+                and width <= self._full]
 
-    def _choose_bits(self, x: torch.Tensor, width: int) -> dict[str, Any]:
-        """At ``width``: 2 bits on half the rank (fitted on all rows) where they rank better than 1 bit, or always
-        for bits_per_dim=2. Measured (auto) as the recall of the held-out rows' exact float top-10 among the other
-        fit rows, each candidate fitted on those other rows only."""
-        if self.config.bits_per_dim == 2:
-            self._stages[width] = self._fit_two_bit_stage(x, width // 2)
-            return {}
-        held_out, others = (torch.from_numpy(ids) for ids in held_out_split(len(x), self.config.seed))
-        if len(held_out) < CHOICE_MIN_QUERIES:
-            return {"bits": 1, "recall_at_10": {}, "held_out_rows": len(held_out), "documents": len(others),
-                    "unmeasured": f"fewer than {CHOICE_MIN_QUERIES} held-out rows"}
-        queries, documents = x[held_out], x[others]
-        exact = exact_neighbours(queries, documents)
-        recall = {}
-        for bits, rank, stage in ((1, width, self._fit_stage(documents, width, {})),
-                                  (2, width // 2, self._fit_two_bit_stage(documents, width // 2))):
-            doc_codes = stage[1].encode(transformed_documents(stage[0], self._projected(documents, rank)))
-            scores = self._scores(stage[1], self._stage_queries(stage, self._projected(queries, rank)), doc_codes)
-            recall[bits] = neighbour_recall(scores, exact)
-        if recall[2] > recall[1]:
-            self._stages[width] = self._fit_two_bit_stage(x, width // 2)
-        return {"bits": 2 if recall[2] > recall[1] else 1, "recall_at_10": recall,
-                "held_out_rows": len(held_out), "documents": len(others)}
+    def _two_bit_size(self, width: int) -> float:
+        """Bytes per vector of the sign-bit quantiser's code of ``width`` (two planes of rank width / 2)."""
+        return float(self.Quantizer(config=self.config.quantizer).fit(torch.ones(2, width)).encode(torch.ones(1, width)).bytes_per_vector)  # type: ignore[attr-defined]
 
     def _chosen_stage(self, y: torch.Tensor, rank: int,
                       pairs: tuple[torch.Tensor, torch.Tensor]) -> Stage:
-        """rotation='pairs': the stage of each candidate (``CHOICE_ROTATIONS``, or ``LARGE_RANK_CHOICES`` above rank
-        ``ITQ_MAX_RANK``); the one whose pairs' MRR is highest (each float pair query ranks its document's code
+        """rotation='pairs': the stage of each candidate (``PAIR_ROTATIONS``, or ``LARGE_RANK_PAIR_ROTATIONS`` above
+        rank ``ITQ_MAX_RANK``); the one whose pairs' MRR is highest (each float pair query ranks its document's code
         among the fit rows' codes), recorded in ``_choices``."""
         rng = np.random.default_rng(self.config.seed)
-        take = np.sort(rng.choice(len(pairs[0]), min(len(pairs[0]), CHOICE_PAIRS), replace=False))
+        take = np.sort(rng.choice(len(pairs[0]), min(len(pairs[0]), PAIR_SAMPLE), replace=False))
         queries, documents = (self._projected(side[torch.from_numpy(take)], rank) for side in pairs)
-        rows = y[torch.from_numpy(np.sort(rng.choice(len(y), CHOICE_ROWS, replace=False)))] if len(y) > CHOICE_ROWS else y
+        rows = y[torch.from_numpy(np.sort(rng.choice(len(y), PAIR_ROWS, replace=False)))] if len(y) > PAIR_ROWS else y
         seen = {row.numpy().tobytes() for row in documents}
         keys = torch.cat([documents, rows[[row.numpy().tobytes() not in seen for row in rows]]])
         stages, mrr = {}, {}
-        candidates = CHOICE_ROTATIONS if rank <= ITQ_MAX_RANK else LARGE_RANK_CHOICES
+        candidates = PAIR_ROTATIONS if rank <= ITQ_MAX_RANK else LARGE_RANK_PAIR_ROTATIONS
         for kind in candidates:
             rotation = fit_rotation(y, kind, self.config.seed, self.config.itq_iterations)
             quantizer = self.Quantizer(config=self.config.quantizer).fit(transformed_documents(rotation, y))  # type: ignore[attr-defined]

@@ -10,9 +10,10 @@ rank). A quantiser whose code size it fixes itself per fit (pq, opq: ``Budgets.p
 
 Before a sign-bit quantiser (binary) a prepared width w may instead hold 2 bits per dimension on rank w / 2
 (``adaptemb.compose.levels``: two sign planes, so the code is again w bits wide): ``bits_per_dim="auto"`` keeps
-them at a width only where they rank a held-out slice of the fit rows better. So a stage is keyed by its code
-width ``k``: the projection rank at 1 bit, twice the rank at 2 bits. How the fit chooses its ranks, rotations
-(``rotation="pairs"``) and bits per dimension is ``adaptemb.compose.choice``.
+1 bit up to the full rank and 2 bits past it (budgets the full rank's code leaves unused), unless a query sample
+chooses (``adaptemb.compose.query_choice``). So a stage is keyed by its code width ``k``: the projection rank at 1
+bit, twice the rank at 2 bits. How the fit chooses its ranks, rotations (``rotation="auto"``, ``"pairs"``) and
+bits per dimension without a sample is ``adaptemb.compose.choice``.
 
 Queries: a quantiser that scores float queries itself (``symmetric = False``: rabitq, sq, pq) gets the projected,
 rotated float query; documents of a symmetric quantiser are searched by the float query where an index backend
@@ -35,8 +36,15 @@ import torch
 from adaptemb.budgets import Budgets
 from adaptemb.codes import Codes, DenseCodes, decoded_inner_products
 from adaptemb.compose.choice import StageChoice
-from adaptemb.compose.config import ComposedConfig, composed_config, make_composed_config, part_settings
+from adaptemb.compose.config import (
+    ComposedConfig,
+    composed_config,
+    make_composed_config,
+    part_settings,
+    queries_choose,
+)
 from adaptemb.compose.export import ComposedHead, projected_values, refusal
+from adaptemb.compose.query_choice import choose_by_queries
 from adaptemb.compose.rotation import HadamardRotation, fit_rotation
 from adaptemb.compose.stages import (
     Stage,
@@ -79,6 +87,8 @@ class ComposedCompressor(StageChoice, Compressor):
                     "that ranks other queries best about as often as chance); use rotation='auto', 'random', 'itq' "
                     "or 'none'", parameter="rotation", value="pairs")
             self.fit_inputs = type(self).fit_inputs | {"pairs"}  # type: ignore[misc]  # only to choose the rotation
+        if "queries" in self.fit_inputs and not queries_choose(self.config):
+            self.fit_inputs = self.fit_inputs - {"queries"}  # type: ignore[misc]  # nothing left for them to choose
         if self.config.bits_per_dim == 2 and (not self.Quantizer.sign_bits or self.config.rotation == "pairs"):
             why = (f"its quantizer {self.Quantizer.name} does not keep sign bits" if not self.Quantizer.sign_bits
                    else "rotation='pairs' chooses 1-bit stages only")
@@ -113,6 +123,11 @@ class ComposedCompressor(StageChoice, Compressor):
             return self._quantizer_template.query_kind
         return "dense" if self.float_queries else self.doc_kind
 
+    @property
+    def _lists_unrotated(self) -> bool:
+        """Whether the file lists the widths left unrotated (``stages``): where the config may rotate sign bits."""
+        return self.config.rotation not in ("none", "pairs") and self.Quantizer.sign_bits
+
     # -- fit -----------------------------------------------------------------------------------------
 
     def shares_projection(self, projection: Compressor) -> bool:
@@ -135,23 +150,25 @@ class ComposedCompressor(StageChoice, Compressor):
             raise InvalidConfigError(f"{self.name}: rotation='pairs' chooses the rotation by the MRR of labelled pairs; "
                                      "pass pairs=(queries, documents) to fit, or choose rotation='auto', 'random', "
                                      "'itq' or 'none'", parameter="rotation", value="pairs")
+        queries = supervision.pop("queries", None)
         projection = self._given_projection or self._fit_projection(x, supervision)
         self._projection, self._stages, self._sizes, self._choices = projection, {}, {}, {}
-        for rank in self._plan_ranks(x):
-            self._stages[rank] = self._fit_stage(x, rank, supervision)
-        bits_choice = {width: self._choose_bits(x, width) for width in self._two_bit_widths(projection)}
+        if queries is not None:  # every width's rotation and bits judged by the sample (adaptemb.compose.query_choice)
+            self._stages, chosen, self._choices = choose_by_queries(self, x, self._plan_ranks(x), queries)
+        for rank in [] if queries is not None else self._plan_ranks(x):  # a width past the full rank: 2 bits
+            self._stages[rank] = self._fit_stage(x, rank, supervision) if rank <= self._full else self._fit_two_bit_stage(x, rank // 2)
+        for width in self._two_bit_widths(projection) if queries is None and self.config.bits_per_dim == 2 else []:
+            self._stages[width] = self._fit_two_bit_stage(x, width // 2)
         if self.config.k is not None and self.config.k not in self._stages:
             raise InvalidConfigError(f"{self.name}: k={self.config.k} is not a rank of the projection "
                                      f"({projection.budgets().describe()})", parameter="k", value=self.config.k)
-        kinds = {width: self.rotation_kind(self._rank(width)) for width in sorted(self._stages)}
+        kinds = chosen if queries is not None else {width: self.rotation_kind(self._rank(width)) for width in sorted(self._stages)}
         self.fit_report = {"ranks": sorted(self._stages), "rotation": _one_or_mixed(kinds.values()), "rotations": kinds,
                            "bits_per_dim": {width: width // self._rank(width) for width in sorted(self._stages)},
                            "bytes_per_vector": {r: self._code_bytes(r) for r in sorted(self._stages)},
                            "projection": projection.fit_report}
-        if bits_choice and self.config.bits_per_dim == "auto":
-            self.fit_report["bits_choice"] = bits_choice
         if self._choices:
-            self.fit_report["rotation_choice"] = dict(sorted(self._choices.items()))
+            self.fit_report["query_choice" if queries is not None else "rotation_choice"] = dict(sorted(self._choices.items()))
 
     def _fit_projection(self, x: torch.Tensor, supervision: dict[str, Any]) -> Compressor:
         """A new projection fitted on ``x`` with the supervision it learns from."""
@@ -306,12 +323,12 @@ class ComposedCompressor(StageChoice, Compressor):
 
     def _state(self) -> dict[str, torch.Tensor]:
         projection = {f"projection.{key}": t for key, t in self._projection.state_tensors().items()}
-        return stage_tensors(self._stages) | projection
+        return stage_tensors(self._stages, self._lists_unrotated) | projection
 
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         self._projection = self.Projection(config=self.config.projection)  # type: ignore[attr-defined]
         assert self.dim is not None  # restore() sets it first: the projection is restored at the input dimension
-        stages = stages_from_tensors(tensors, self.rotation_kind,
+        stages = stages_from_tensors(tensors, self.rotation_kind, self._lists_unrotated,
                                      lambda: self.Quantizer(config=self.config.quantizer))  # type: ignore[attr-defined]
         self._projection.restore(self.dim, split_prefix(tensors, "projection."))
         self._stages, self._sizes = stages, {}
@@ -349,7 +366,7 @@ def composed_class(projection: type[Compressor], quantizer: type[Compressor]) ->
         "Projection": projection,
         "Quantizer": quantizer,
         "Config": composed_config(name, projection.Config, quantizer.Config),
-        "fit_inputs": projection.fit_inputs | quantizer.fit_inputs,
+        "fit_inputs": projection.fit_inputs | quantizer.fit_inputs | ({"queries"} if quantizer.sign_bits else set()),
         # the contract fits every composition through a stored rotation (tests/test_contract.py also runs one without)
         "test_params": {"projection": dict(projection.test_params), "quantizer": dict(quantizer.test_params),
                         "rotation": "random"},

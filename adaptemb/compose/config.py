@@ -14,7 +14,7 @@ import pydantic
 from pydantic import Field
 
 from adaptemb.budgets import ByteBudgets
-from adaptemb.compose.rotation import ITQ_MAX_RANK
+from adaptemb.compose.rotation import DEFAULT_ITQ_ITERATIONS, ITQ_MAX_RANK, NO_ROTATION_MAX_RANK
 from adaptemb.config import CompressorConfig, config_error_message
 from adaptemb.errors import InvalidConfigError, did_you_mean
 
@@ -33,19 +33,27 @@ class ComposedConfig(CompressorConfig):
     rotation: Literal["auto", "random", "itq", "hadamard", "none", "pairs"] = Field(
         "auto", description="Orthogonal rotation of the centred projected rows before the quantiser: a seeded random "
         "matrix, ITQ (learned, from the random one), a randomized Hadamard transform (seeded; r signs per round "
-        "stored, O(r log r) per row) or none; auto: before sign-bit quantisers (binary) ITQ up to rank "
-        f"{ITQ_MAX_RANK} and Hadamard above, else none; "
+        "stored, O(r log r) per row) or none; auto: before sign-bit quantisers (binary) none up to rank "
+        f"{NO_ROTATION_MAX_RANK}, ITQ up to rank {ITQ_MAX_RANK} and Hadamard above (with a query sample, fit(x, "
+        "queries=...), whichever of these finds most of the sample's float top-10), else none; "
         "pairs: per rank, whichever of random, itq and none (above that rank hadamard and none) ranks the fit pairs' documents best (MRR of the float "
         "pair queries among the fit rows' codes); needs pairs, and parts that learn nothing from them.")
     bits_per_dim: Literal["auto", 1, 2] = Field(
         "auto", description="Bits per rotated dimension before a sign-bit quantiser (binary): 1 (its sign); 2 (sign "
-        "and magnitude, Lloyd-Max levels, coded as two sign planes: the code of width w holds rank w / 2); auto: at "
-        "each prepared width, 2 bits on half the rank only where they rank a held-out slice of the fit rows' float "
-        "neighbours better than 1 bit. Other quantisers: 1 (auto means 1).")
-    itq_iterations: int = Field(50, ge=1, description="ITQ's alternations of signs and rotation (at most: it stops when no sign changes).")
+        "and magnitude, Lloyd-Max levels, coded as two sign planes: the code of width w holds rank w / 2); auto: 1 bit "
+        "up to the full rank and 2 bits on a larger rank past it (1 bit measured better wherever the rank allows it, "
+        "docs/results.md), or whichever a query sample, fit(x, queries=...), prefers at each width. Other quantisers: "
+        "1 (auto means 1).")
+    itq_iterations: int = Field(DEFAULT_ITQ_ITERATIONS, ge=1, description="ITQ's alternations of signs and rotation (at most: it stops when no sign changes).")
     float_queries: bool = Field(
         True, description="Score the float query (through projection and rotation) against the quantised documents "
         "where the quantiser or an index backend can; False: queries are quantised like documents.")
+
+
+def queries_choose(config: ComposedConfig) -> bool:
+    """True when a sample of queries (``fit(x, queries=...)``) has a choice to judge under ``config``: the rotation
+    (``auto``) or the bits per dimension (``auto``), unless ``rotation="pairs"`` chooses by the pairs."""
+    return config.rotation != "pairs" and (config.rotation == "auto" or config.bits_per_dim == "auto")
 
 
 def composed_config(name: str, projection: type[CompressorConfig],

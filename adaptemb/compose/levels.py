@@ -11,11 +11,12 @@ The documents are the 2r values ``[z, sign(z) * (|z| - t)]``, whose signs are ex
 sign-bit quantiser (binary) codes them as 2r bits, and a float query lifted to ``[mid * q, half * q]`` scores
 them with the same inner product as 1-bit codes, through the same index. So a 2-bit stage of rank r is a code
 of width 2r, the width of the 1-bit stage of rank 2r: one byte budget, one stage (the composition keeps the
-better of the two, see ``adaptemb.compose.choice``).
+1-bit stage up to the full rank, see ``adaptemb.compose.choice``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,12 +29,8 @@ GAUSSIAN_LEVELS = (0.4528, 0.9816, 1.5104)
 """Lloyd-Max quantiser of a unit Gaussian with four levels: inner level, threshold, outer level (in sigmas)."""
 LLOYD_ROUNDS = 25
 """Lloyd iterations from the Gaussian levels on the fit rows' |z_j| (each dimension on its own)."""
-CHOICE_QUERIES, CHOICE_DOCUMENTS, CHOICE_TOP = 1_000, 10_000, 10
-"""The held-out rows (queries), the other fit rows they are ranked among, and the k of the recall that choose
-between 1 and 2 bits per dimension at a code width."""
-CHOICE_MIN_QUERIES = 50
-"""Fewer held-out rows than this (fits on fewer than 500 rows) measure nothing reliable: ``auto`` keeps 1 bit, the
-width that measured better on real text (docs/results.md)."""
+CHOICE_TOP = 10
+"""The k of the recall that judges a composition's candidates by a query sample (``adaptemb.compose.query_choice``)."""
 
 
 @dataclass(frozen=True)
@@ -93,14 +90,6 @@ def fit_levels(z: torch.Tensor, rotation: Rotation | None) -> SignMagnitude:
     return SignMagnitude(rotation, threshold.float(), inner.float(), outer.float())
 
 
-def held_out_split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded row ids of the held-out queries (a tenth of the rows, at most ``CHOICE_QUERIES``) and of the
-    documents they are ranked among (the other rows, at most ``CHOICE_DOCUMENTS``)."""
-    order = np.random.default_rng((seed, n)).permutation(n)
-    queries = min(CHOICE_QUERIES, max(1, n // 10))
-    return np.sort(order[:queries]), np.sort(order[queries : queries + CHOICE_DOCUMENTS])
-
-
 def neighbour_recall(scores: np.ndarray, exact: np.ndarray) -> float:
     """Mean over queries of |the top-``CHOICE_TOP`` of ``scores`` (q, n) ∩ ``exact`` (q, CHOICE_TOP)| / CHOICE_TOP."""
     return float(neighbour_recall_at_k(top_k(scores, CHOICE_TOP)[1], exact, CHOICE_TOP).mean())
@@ -109,3 +98,18 @@ def neighbour_recall(scores: np.ndarray, exact: np.ndarray) -> float:
 def exact_neighbours(queries: torch.Tensor, documents: torch.Tensor) -> np.ndarray:
     """(q, CHOICE_TOP) ids of the documents with the largest inner product with each float query."""
     return exact_top_k(queries.numpy(), documents.numpy(), CHOICE_TOP)
+
+
+def widths_beyond_full_rank(budgets: list[float], ranks: list[int], full_bytes: float,
+                            width_bytes: Callable[[int], float]) -> list[int]:
+    """The 2-bit widths that fill byte budgets above the full rank's 1-bit code (``full_bytes``): for each such
+    budget, twice the largest rank whose 2-bit code (``width_bytes(2 r)``) fits it, where that exceeds the full
+    rank (e.g. 128 B of 768-d rows: 2 bits on rank 512); the budgets the full rank leaves unused."""
+    full, widths = ranks[-1], set()
+    for nbytes in budgets:
+        if nbytes <= full_bytes:
+            continue
+        fitting = [rank for rank in ranks if 2 * rank > full and width_bytes(2 * rank) <= nbytes]
+        if fitting:
+            widths.add(2 * max(fitting))
+    return sorted(widths)

@@ -5,8 +5,8 @@ are rotated without the centring, ``rotate(y)``: then ``<query, z>`` is ``<y_q, 
 query, so the ranking keeps no document-dependent bias from the centre. A random rotation spreads the
 variance of the leading projected directions over every dimension before one sign bit per dimension is kept;
 ITQ (iterative quantisation, Gong & Lazebnik 2011) learns the rotation that brings the centred rows closest
-to their signs, starting from the random one: the default before sign bits, measured higher than the random
-rotation on real queries (docs/results.md, "ITQ as the default rotation"). Both are dense (r, r) matrices: at
+to their signs, starting from the random one: the default before sign bits above rank ``NO_ROTATION_MAX_RANK``
+(below it none: real queries measured no rotation best there, docs/results.md, "Choices judged by real queries"). Both are dense (r, r) matrices: at
 large ranks ITQ's 50 (r, r) factorisations take minutes and each matrix r^2 floats in the file, so there the
 default is a randomized Hadamard transform (``HadamardRotation``: seeded sign flips and Walsh-Hadamard
 transforms, r signs per round stored), as good as the random matrix on real queries (docs/results.md).
@@ -28,6 +28,14 @@ ITQ_MAX_RANK = 1024
 """The largest rank ``rotation="auto"`` learns ITQ at before sign bits; above it a Hadamard rotation. One of ITQ's
 (up to 50) rounds on 20,000 rows took 1.4 s at rank 1024 and 20 s at 3072 (2-core AMD EPYC), and its gain over a
 random rotation at ranks 192-768 measured +0.003 ... +0.007 NDCG@10 (docs/results.md)."""
+NO_ROTATION_MAX_RANK = 128
+"""The largest rank ``rotation="auto"`` leaves unrotated before sign bits (ITQ above, up to ``ITQ_MAX_RANK``). With
+every real query of both data sets (benchmarks/results/rotation_default_*.json, NDCG@10): no rotation measured best
+at 8-16 B on the built-in 384-d data and the 768-d stand-in (by 0.004-0.02), ITQ best or within noise from 24-32 B
+up, and so did held-out 768-d text (issue 46: none best at 8-16 B by ~0.03, a rotation from 32 B)."""
+DEFAULT_ITQ_ITERATIONS = 20
+"""ITQ's rounds by default: 20 measured within noise of 50 at every width on both data sets, at under half the fit
+time (benchmarks/results/rotation_default_*.json)."""
 HADAMARD_ROUNDS = 3
 """Rounds of sign flips and Walsh-Hadamard transforms of a ``HadamardRotation``."""
 

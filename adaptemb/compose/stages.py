@@ -38,9 +38,15 @@ def rotation_of(transform: Transform) -> Rotation | None:
     return transform.rotation if isinstance(transform, SignMagnitude) else transform
 
 
-def stage_tensors(stages: dict[int, Stage]) -> dict[str, torch.Tensor]:
-    """The stages' tensors as the file holds them (see the module docstring)."""
+def stage_tensors(stages: dict[int, Stage], lists_unrotated: bool) -> dict[str, torch.Tensor]:
+    """The stages' tensors as the file holds them (see the module docstring); with ``lists_unrotated`` (a config
+    that may rotate before sign bits) the widths left unrotated (by ``rotation="auto"`` or a query sample) are
+    listed in ``unrotated_widths``, so that a width whose rotation is missing is an error, not a guess."""
     state = {"ranks": torch.tensor(sorted(stages), dtype=torch.int64)}
+    unrotated = [width for width, (transform, _) in sorted(stages.items())
+                 if lists_unrotated and rotation_of(transform) is None]
+    if unrotated:  # absent from files before query choices, and from those with none
+        state["unrotated_widths"] = torch.tensor(unrotated, dtype=torch.int64)
     two_bit = [width for width, (transform, _) in sorted(stages.items()) if isinstance(transform, SignMagnitude)]
     if two_bit:  # absent from files before 2-bit stages, and from those with none
         state["two_bit_widths"] = torch.tensor(two_bit, dtype=torch.int64)
@@ -50,9 +56,11 @@ def stage_tensors(stages: dict[int, Stage]) -> dict[str, torch.Tensor]:
     return state
 
 
-def stages_from_tensors(tensors: dict[str, torch.Tensor], rotation_kind: Callable[[int], str],
+def stages_from_tensors(tensors: dict[str, torch.Tensor], rotation_kind: Callable[[int], str], lists_unrotated: bool,
                         new_quantizer: Callable[[], Compressor]) -> dict[int, Stage]:
-    """The stages ``stage_tensors`` saved; ``rotation_kind(rank)`` is the config's rotation at a rank.
+    """The stages ``stage_tensors`` saved; ``rotation_kind(rank)`` is the config's rotation at a rank (where the
+    file lists its unrotated widths, every other width holds its rotation: files from before ``rotation="auto"``
+    left small ranks unrotated hold their ITQ matrices there).
     ``ValueError`` for widths that are not distinct, ascending and positive, or a 2-bit width that is not one of
     them or is odd."""
     widths = [int(r) for r in tensors["ranks"].tolist()]
@@ -61,13 +69,17 @@ def stages_from_tensors(tensors: dict[str, torch.Tensor], rotation_kind: Callabl
     two_bit = [int(w) for w in tensors["two_bit_widths"].tolist()] if "two_bit_widths" in tensors else []
     if not set(two_bit) <= {w for w in widths if w % 2 == 0}:
         raise ValueError(f"two_bit_widths must be even widths among the ranks {widths}; got {two_bit}")
+    unrotated = {int(w) for w in tensors["unrotated_widths"].tolist()} if "unrotated_widths" in tensors else set()
+    if not unrotated <= set(widths):
+        raise ValueError(f"unrotated_widths must be among the ranks {widths}; got {sorted(unrotated)}")
     stages: dict[int, Stage] = {}
     for width in widths:
         own, rank = split_prefix(tensors, f"rank{width}."), width // 2 if width in two_bit else width
         kind = rotation_kind(rank)
         chose_none = kind == "pairs" and "center" not in own  # rotation='pairs' chose none at this rank
         # the stored tensors say which rotation (files of rotation='auto' from before Hadamard hold ITQ matrices)
-        rotation = None if kind == "none" or chose_none else Rotation.from_tensors(own, rank)
+        unrotated_kind = (kind == "none" and not lists_unrotated) or chose_none or width in unrotated
+        rotation = None if unrotated_kind else Rotation.from_tensors(own, rank)
         quantizer = new_quantizer()
         quantizer.restore(width, split_prefix(own, "quantizer."))
         stages[width] = (SignMagnitude.from_tensors(own, rank, rotation) if width in two_bit else rotation, quantizer)

@@ -18,7 +18,9 @@ class Dataset:
     of the rows (strings; None: row numbers are the ids), used in saved TREC runs. ``judged`` marks the
     queries the metrics average over, as trec_eval does: every query with a judgement, a query judged only
     non-relevant counting 0 (None: the queries with a relevant row). ``notes`` are what reading the dataset
-    did that a report should say (queries left out, embeddings read from a cache, ...).
+    did that a report should say (queries left out, embeddings read from a cache, ...). ``dev_queries`` (m, d):
+    unlabelled real queries apart from the evaluated ones, the sample ``adaptemb bench`` gives the fit to judge its
+    choices (``fit(x, queries=...)``); never evaluated.
     """
 
     name: str
@@ -33,6 +35,7 @@ class Dataset:
     corpus_ids: np.ndarray | None = None
     judged: np.ndarray | None = None
     notes: list[str] = field(default_factory=list)
+    dev_queries: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         for name in ("corpus", "queries"):
@@ -48,6 +51,11 @@ class Dataset:
                 f"dataset {self.name!r}: qrels must be a sparse ({len(self.queries)}, {len(self.corpus)}) matrix"
             )
         self.qrels = sp.csr_matrix(self.qrels)
+        dev = self.dev_queries
+        if dev is not None and (not isinstance(dev, np.ndarray) or dev.ndim != 2 or dev.dtype.kind != "f"
+                                or dev.shape[1] != self.corpus.shape[1] or len(dev) == 0):
+            raise ValueError(f"dataset {self.name!r}: dev_queries must be a non-empty 2-D float array of dimension "
+                             f"{self.corpus.shape[1]}")
         for name, rows in (("labels", len(self.corpus)), ("query_labels", len(self.queries))):
             labels = getattr(self, name)
             if labels is not None and (labels.shape != (rows,) or labels.dtype.kind not in "iu"):
@@ -78,6 +86,24 @@ class Dataset:
         ids = self.query_ids if which == "queries" else self.corpus_ids
         rows = len(self.queries) if which == "queries" else len(self.corpus)
         return [str(row) for row in range(rows)] if ids is None else ids.tolist()
+
+    def holding_out_queries(self, count: int, seed: int = 0) -> Dataset:
+        """This dataset with a seeded ``count`` of its queries moved to ``dev_queries`` (never evaluated: the fits'
+        query sample) and the others evaluated as before, with their relevance, labels, ids and judgements."""
+        if not 0 < count < len(self.queries):
+            raise ValueError(f"dataset {self.name!r}: hold out between 1 and {len(self.queries) - 1} of its "
+                             f"{len(self.queries)} queries; got {count}")
+        order = np.random.default_rng((seed, len(self.queries), count)).permutation(len(self.queries))
+        held, kept = np.sort(order[:count]), np.sort(order[count:])
+
+        def rows(array: np.ndarray | None) -> np.ndarray | None:
+            return None if array is None else array[kept]
+
+        return Dataset(self.name, self.corpus, np.ascontiguousarray(self.queries[kept]), self.qrels[kept],
+                       labels=self.labels, query_labels=rows(self.query_labels), description=self.description,
+                       metadata=dict(self.metadata), query_ids=rows(self.query_ids), corpus_ids=self.corpus_ids,
+                       judged=rows(self.judged), notes=list(self.notes),
+                       dev_queries=np.ascontiguousarray(self.queries[held]))
 
     @classmethod
     def from_gold(cls, name: str, corpus: np.ndarray, queries: np.ndarray, gold: np.ndarray, **extra: object) -> Dataset:

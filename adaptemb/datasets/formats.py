@@ -16,6 +16,8 @@ name               shape      meaning
 ``corpus_ids``     (n,)       ids of the corpus rows (int or str), used to resolve ``qrels_corpus``
 ``labels``         (n,)       integer class of each corpus row (optional)
 ``query_labels``   (q,)       integer class of each query (optional)
+``dev_queries``    (m, d)     unlabelled real queries apart from ``queries``, never evaluated: the sample
+                              the bench's fits judge their choices by (optional)
 =================  =========  ===================================================================
 
 A folder holds ``corpus.npy|.parquet|.safetensors|.fvecs``, ``queries`` likewise, and
@@ -49,7 +51,7 @@ EMBEDDING_NAMES = ("corpus", "queries")
 QRELS_NAMES = ("qrels_query", "qrels_corpus", "qrels_grade")
 ID_NAMES = ("query_ids", "corpus_ids")
 LABEL_NAMES = ("labels", "query_labels")
-ARRAY_NAMES = (*EMBEDDING_NAMES, "gold", *QRELS_NAMES, "qrels", *ID_NAMES, *LABEL_NAMES)
+ARRAY_NAMES = (*EMBEDDING_NAMES, "gold", *QRELS_NAMES, "qrels", *ID_NAMES, *LABEL_NAMES, "dev_queries")
 FILE_SUFFIXES = (".npz", ".safetensors", ".npy", ".parquet", ".fvecs", ".bvecs", ".ivecs")
 EMBEDDING_SUFFIXES = (".npy", ".parquet", ".safetensors", ".fvecs", ".bvecs", ".ivecs")
 """Suffixes of a folder's ``corpus`` / ``queries`` file."""
@@ -124,6 +126,8 @@ def dataset_arrays(dataset: Dataset) -> dict[str, np.ndarray]:
     for key in LABEL_NAMES:
         if getattr(dataset, key) is not None:
             arrays[key] = np.ascontiguousarray(getattr(dataset, key)).astype(np.int64)
+    if dataset.dev_queries is not None:
+        arrays["dev_queries"] = np.ascontiguousarray(dataset.dev_queries)
     return arrays
 
 
@@ -226,8 +230,10 @@ def dataset_from_arrays(arrays: Mapping[str, np.ndarray], *, name: str, seed: in
         raise ValueError(f"{err} (ignored unknown array(s): {', '.join(ignored)})") from None
     query_labels = _labels(arrays.get("query_labels"), len(queries), "query_labels")
     metadata = {"ignored_arrays": ", ".join(ignored)} if ignored else {}
+    dev = arrays.get("dev_queries")
     return Dataset(name, corpus, queries, qrels, labels=labels, query_labels=query_labels, metadata=metadata,
-                   query_ids=arrays.get("query_ids"), corpus_ids=arrays.get("corpus_ids"))
+                   query_ids=arrays.get("query_ids"), corpus_ids=arrays.get("corpus_ids"),
+                   dev_queries=None if dev is None else as_embeddings(dev, "dev_queries", dim=corpus.shape[1]))
 
 
 def as_embeddings(array: np.ndarray, what: str, dim: int | None = None) -> np.ndarray:

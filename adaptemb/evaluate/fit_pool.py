@@ -110,17 +110,22 @@ def run_fit_jobs(first: list[FitJob], follow_up: Callable[[FitOutcome], list[Fit
 
 def _outcome(future: Future[_Fitted], job: FitJob) -> FitOutcome:
     try:
-        return FitOutcome(job, *future.result())
+        compressor, seconds, cpu_seconds, error, report = future.result()
     except Exception as err:  # noqa: BLE001 - a worker that died or a result that did not pickle: fit it in-process
         return FitOutcome(job, None, error=f"{type(err).__name__}: {err}")
+    if compressor is not None and compressor.fit_report is None:  # a composition pickles without its fit report
+        compressor.fit_report = report
+    return FitOutcome(job, compressor, seconds, cpu_seconds, error)
 
 
-_Fitted = tuple[Compressor | None, float, float, str]
-"""What a worker sends back: the fitted compressor (None on failure), wall and CPU seconds, the error."""
+_Fitted = tuple[Compressor | None, float, float, str, dict[str, Any] | None]
+"""What a worker sends back: the fitted compressor (None on failure), wall and CPU seconds, the error and the fit
+report (which a composition's pickle leaves behind, ``ComposedCompressor.__reduce__``)."""
 
 
 def _fit_job(job: FitJob) -> _Fitted:
-    """In a worker: fit ``job`` on the inherited rows with its method's supervision."""
+    """In a worker: fit ``job`` on the inherited rows with the supervision its method takes (``fit_inputs``: the
+    dataset's labels, the bench's query sample)."""
     import torch
     from threadpoolctl import threadpool_limits
 
@@ -135,8 +140,8 @@ def _fit_job(job: FitJob) -> _Fitted:
         compressor = get_compressor(job.name, **job.params)
         if job.projection is not None:
             compressor.reuse_projection(job.projection)  # type: ignore[attr-defined]
-        own = {key: value for key, value in _INHERITED.supervision.items() if key in type(compressor).fit_inputs}
+        own = {key: value for key, value in _INHERITED.supervision.items() if key in compressor.fit_inputs}
         compressor.fit(_INHERITED.corpus, **own)
     except Exception as err:  # noqa: BLE001 - the caller fits it again in-process for the sequential run's behaviour
-        return None, 0.0, 0.0, f"{type(err).__name__}: {err}"
-    return compressor, time.perf_counter() - started, time.process_time() - cpu_started, ""
+        return None, 0.0, 0.0, f"{type(err).__name__}: {err}", None
+    return compressor, time.perf_counter() - started, time.process_time() - cpu_started, "", compressor.fit_report

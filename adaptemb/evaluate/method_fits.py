@@ -150,10 +150,16 @@ def _note_shared(compressor: Compressor, part: str, seconds: float, ctx: RunCont
 
 
 def _note_supervision(compressor: Compressor, ctx: RunContext) -> dict[str, Any]:
-    own = {key: value for key, value in ctx.supervision.items() if key in type(compressor).fit_inputs}
-    if own:
-        ctx.notes.append(f"{compressor.name}: fitted with the dataset's corpus {' and '.join(own)}"
+    """The supervision ``compressor`` takes (its ``fit_inputs``, which a composition's config may narrow: no query
+    sample where it leaves nothing to choose), noted."""
+    own = {key: value for key, value in ctx.supervision.items() if key in compressor.fit_inputs}
+    learned = [key for key in own if key != "queries"]
+    if learned:
+        ctx.notes.append(f"{compressor.name}: fitted with the dataset's corpus {' and '.join(learned)}"
                          + (" (seen by the fit, so leave-one-out 1-NN accuracy is optimistic)" if ctx.loo_rows is not None else ""))
+    if "queries" in own:
+        ctx.notes.append(f"{compressor.name}: its fit-time choices judged by {len(own['queries']):,} real queries that "
+                         "are never evaluated (the dataset's dev_queries)")
     return own
 
 

@@ -75,6 +75,10 @@ def run_bench(data: Dataset, config: BenchConfig,
     if data.metadata.get("ignored_arrays"):
         ctx.notes.append(f"dataset: ignored array(s) {data.metadata['ignored_arrays']} (not dataset arrays)")
     ctx.notes.extend(data.notes)
+    if "queries" in ctx.supervision:
+        ctx.notes.append(f"fit queries: {len(ctx.supervision['queries']):,} real queries apart from the evaluated ones "
+                         "(the dataset's dev_queries, never evaluated) judge the fit-time choices of the methods that "
+                         "make them (csr, compositions before sign bits)")
     rows = [_reference_row(ctx)]
     fit_ahead(ctx, config.methods, lambda name, compressor: _benched_budgets(name, compressor, ctx, []))
     for name in config.methods:
@@ -194,8 +198,16 @@ def _prepare(data: Dataset, config: BenchConfig, steps: StepLog) -> RunContext:
         count = min(config.loo_queries, len(corpus))
         loo = np.sort(np.random.default_rng(config.seed).choice(len(corpus), size=count, replace=False))
     supervision = fit_supervision(data) if config.fit_labels else {}
+    if config.fit_queries and data.dev_queries is not None:
+        supervision["queries"] = np.ascontiguousarray(data.dev_queries[: config.fit_queries], dtype=np.float32)
     return RunContext(data, config, str(resolve_device(config.device)), corpus, queries, np.empty((0, 10)), loo, steps,
                     [], supervision)
+
+
+def query_takers(config: BenchConfig) -> list[str]:
+    """The methods of the run, as configured, whose fit-time choices a query sample judges (``fit_inputs``)."""
+    return [name for name in config.methods
+            if "queries" in get_registry().get(name)(**config.method_params.get(name, {})).fit_inputs]
 
 
 def fit_supervision(data: Dataset) -> dict[str, Any]:
@@ -213,6 +225,7 @@ def _dataset_info(data: Dataset) -> dict[str, Any]:
     return {
         "name": data.name, "corpus": len(data.corpus), "queries": len(data.queries), "dim": data.dim,
         "judged_queries": judged, "labels": data.labels is not None, "query_labels": data.query_labels is not None,
+        "dev_queries": 0 if data.dev_queries is None else len(data.dev_queries),
         "description": data.description,
     }
 

@@ -65,7 +65,7 @@ class CSRCompressor(Compressor):
     Config = CSRConfig
     budget_help = "active latents k, 1 <= k <= h (h = 4·d by default); one fit serves every k"
     exportable = True
-    fit_inputs = frozenset({"pairs", "labels"})
+    fit_inputs = frozenset({"pairs", "labels", "queries"})
     test_params: ClassVar[dict[str, Any]] = {"hidden": 64, "k": 4, "epochs": 2, "batch_size": 64, "k_aux": 16, "progress": False}
     doc_kind = "packed_sparse"
     stream_sample_rows = 32_768  # enough for the start (8,192-row median, h rows) and the report
@@ -114,10 +114,11 @@ class CSRCompressor(Compressor):
         """The main head and the byte budgets' heads (``csr.heads.fit_heads``) from the trained ``model``, fine-tuned
         on the supervision (if any), value tables measured on the raw fit rows; the fit report says what they measured."""
         cfg = self.config
+        queries = supervision.pop("queries", None)  # judges the value tables (and so the heads), learns nothing
         heads, reports = fit_heads(
             model, cfg, rows,
             lambda tuned, k: fine_tune(tuned, cfg, k, normalise, rows, self.generator, **supervision),
-            lambda tuned: self._value_tables(tuned, raw))
+            lambda tuned: self._value_tables(tuned, raw, queries))
         self._heads = heads
         assert self.fit_report is not None
         main, extra = self._main, self.fit_report["extra"]
@@ -125,18 +126,23 @@ class CSRCompressor(Compressor):
             extra["supervised"] = main.supervised
         if main.tables:
             extra["value_choices"] = main.tables.rows()
+            extra["value_choices_judged_by"] = ("a held-out slice of the fit rows" if queries is None
+                                                else f"the sample of {len(queries)} queries")
         if reports:
             extra["heads"] = reports
 
-    def _value_tables(self, model: CSRModel, x: torch.Tensor) -> ValueTables | None:
-        """Codebooks from a sample of the fit rows ``x`` and the choice table measured with a held-out slice of
-        them as queries (``csr.values``); none for float16 values. The slice is held out of the codebooks and the
-        searched documents, not of training: leaving a tenth of the rows out of training cost up to 0.012
-        NDCG@10 on the default data, while the choice compares codes of one model."""
+    def _value_tables(self, model: CSRModel, x: torch.Tensor, sample: torch.Tensor | None = None) -> ValueTables | None:
+        """Codebooks from a sample of the fit rows ``x`` and the choice table measured with the query ``sample``, or
+        without one a held-out slice of the rows as queries (``csr.values``); none for float16 values. The slice is
+        held out of the codebooks and the searched documents, not of training: leaving a tenth of the rows out of
+        training cost up to 0.012 NDCG@10 on the default data, while the choice compares codes of one model."""
         if self.config.value_bits == 16:
             return None
         rows, held_out = _held_out(len(x), self.generator)
-        docs, queries = x[rows[torch.randperm(len(rows), generator=self.generator)[:_CODEBOOK_ROWS]]], x[held_out]
+        if sample is not None:  # real queries: no row need be held out
+            rows = torch.arange(len(x))
+        docs = x[rows[torch.randperm(len(rows), generator=self.generator)[:_CODEBOOK_ROWS]]]
+        queries = x[held_out] if sample is None else sample
         with torch.inference_mode():
             return fit_value_tables(lambda batch, k: model.sparse_codes(model.normalise(batch), k),
                                     lambda q: self._query_projection(q, model), self._query_rows, docs, queries, model.hidden)
