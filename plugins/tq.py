@@ -25,6 +25,7 @@ import faiss
 import numpy as np
 import torch
 from pydantic import Field
+from threadpoolctl import threadpool_limits
 
 from adaptemb import (
     Budgets,
@@ -180,11 +181,13 @@ class TQCompressor(FaissCompressor):
                 f"at d = {d})", parameter="k", value=self.config.k, valid=f"1..{high}")
         pca = faiss.PCAMatrix(d, d, 0, True)  # full rank: every budget's PCAR{m} is built from it (tables)
         # one thread: faiss' covariance (BLAS) changes in its last bits with the thread count, which flips
-        # eigenvectors' signs and so the rotated codes; one thread makes the fit independent of the machine
-        with faiss_threads(1):
+        # eigenvectors' signs and so the rotated codes; one thread makes the fit independent of the machine. Every
+        # loaded BLAS and OpenMP pool is held at one (threadpoolctl): which OpenMP runtime faiss' BLAS binds to
+        # depends on the order libraries were loaded (numba's kernels, imported with the package, load one first)
+        with faiss_threads(1), threadpool_limits(1):
             pca.train(np.ascontiguousarray(x.numpy()))
-        rotation = faiss.RandomRotationMatrix(d, d)
-        rotation.init(_FAISS_ROTATION_SEED + self.config.seed)
+            rotation = faiss.RandomRotationMatrix(d, d)  # its orthogonalisation too (LAPACK, the same pools)
+            rotation.init(_FAISS_ROTATION_SEED + self.config.seed)
         self._pca = torch.from_numpy(faiss.vector_to_array(pca.PCAMat).reshape(d, d))
         self._mean = torch.from_numpy(faiss.vector_to_array(pca.mean))
         self._rotation = torch.from_numpy(faiss.vector_to_array(rotation.A).reshape(d, d))
