@@ -108,6 +108,12 @@ def run_fit_jobs(first: list[FitJob], follow_up: Callable[[FitOutcome], list[Fit
     return outcomes
 
 
+def supervision_for(compressor: Compressor, supervision: dict[str, Any]) -> dict[str, Any]:
+    """The part of the run's ``supervision`` that ``compressor`` takes (its ``fit_inputs``, which a composition's
+    config may narrow)."""
+    return {key: value for key, value in supervision.items() if key in compressor.fit_inputs}
+
+
 def _outcome(future: Future[_Fitted], job: FitJob) -> FitOutcome:
     try:
         compressor, seconds, cpu_seconds, error, report = future.result()
@@ -140,8 +146,7 @@ def _fit_job(job: FitJob) -> _Fitted:
         compressor = get_compressor(job.name, **job.params)
         if job.projection is not None:
             compressor.reuse_projection(job.projection)  # type: ignore[attr-defined]
-        own = {key: value for key, value in _INHERITED.supervision.items() if key in compressor.fit_inputs}
-        compressor.fit(_INHERITED.corpus, **own)
+        compressor.fit(_INHERITED.corpus, **supervision_for(compressor, _INHERITED.supervision))
     except Exception as err:  # noqa: BLE001 - the caller fits it again in-process for the sequential run's behaviour
         return None, 0.0, 0.0, f"{type(err).__name__}: {err}", None
     return compressor, time.perf_counter() - started, time.process_time() - cpu_started, "", compressor.fit_report

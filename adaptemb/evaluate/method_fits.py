@@ -15,7 +15,7 @@ from typing import Any
 from adaptemb.api import get_compressor
 from adaptemb.budgets import Budgets
 from adaptemb.evaluate.context import RunContext
-from adaptemb.evaluate.fit_pool import FitJob, FitOutcome, plan_workers, run_fit_jobs
+from adaptemb.evaluate.fit_pool import FitJob, FitOutcome, plan_workers, run_fit_jobs, supervision_for
 from adaptemb.evaluate.latency import timed
 from adaptemb.method import Compressor
 from adaptemb.registry import get_registry
@@ -158,7 +158,7 @@ def _note_shared(compressor: Compressor, part: str, seconds: float, ctx: RunCont
 def _note_supervision(compressor: Compressor, ctx: RunContext) -> dict[str, Any]:
     """The supervision ``compressor`` takes (its ``fit_inputs``, which a composition's config may narrow: no query
     sample where it leaves nothing to choose), noted."""
-    own = {key: value for key, value in ctx.supervision.items() if key in compressor.fit_inputs}
+    own = supervision_for(compressor, ctx.supervision)
     learned = [key for key in own if key != "queries"]
     if learned:
         ctx.notes.append(f"{compressor.name}: fitted with the dataset's corpus {' and '.join(learned)}"
