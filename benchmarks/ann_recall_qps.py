@@ -39,6 +39,7 @@ from arguments import integers
 from records import write_record
 
 import adaptemb
+from adaptemb.evaluate.ann_curves import batched_qps
 from adaptemb.evaluate.machine import machine_info
 
 RESULTS = Path(__file__).parent / "results"
@@ -51,17 +52,6 @@ TARGET = 0.95
 def recall(found: np.ndarray, truth: np.ndarray) -> float:
     """Mean share of each query's ``truth`` top-10 found in its ``found`` row."""
     return float(np.mean([len(set(a.tolist()) & set(b.tolist())) / len(b) for a, b in zip(found, truth)]))
-
-
-def timed_qps(search: Any, queries: Any, rounds: int) -> tuple[float, Any]:
-    """(queries per second of one batched call, median of ``rounds`` after a warm-up, the call's result)."""
-    result = search(queries)
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        result = search(queries)
-        times.append(time.perf_counter() - start)
-    return len(queries) / float(np.median(times)), result
 
 
 def load_data(args: argparse.Namespace) -> tuple[np.ndarray, dict[str, Any]]:
@@ -105,7 +95,7 @@ def float_truth(corpus: np.ndarray, rows: int, queries: np.ndarray) -> np.ndarra
 def sweep_ann(ann: Any, queries: Any, exact_ids: np.ndarray, truth: np.ndarray, rounds: int) -> list[dict[str, Any]]:
     points = []
     for nprobe in [p for p in NPROBES if p <= ann.cells]:
-        qps, (_, ids) = timed_qps(lambda q, p=nprobe: ann.search(q, 10, nprobe=p), queries, rounds)
+        qps, (_, ids) = batched_qps(lambda q, p=nprobe: ann.search(q, 10, nprobe=p), queries, rounds)
         points.append({"nprobe": nprobe, "qps": round(qps, 1), "recall_vs_exact": round(recall(ids, exact_ids), 4),
                        "recall_vs_float": round(recall(ids, truth), 4),
                        "calibrated_recall": round(ann.calibration.recall_at(nprobe), 4)})
@@ -116,7 +106,7 @@ def sweep_ann(ann: Any, queries: Any, exact_ids: np.ndarray, truth: np.ndarray, 
 def knob(ann: Any, queries: Any, exact_ids: np.ndarray, rounds: int) -> dict[str, Any]:
     """``recall=TARGET`` from the build calibration, then tuned on the first half of the queries (the second half
     measured)."""
-    qps, (_, ids) = timed_qps(lambda q: ann.search(q, 10, recall=TARGET), queries, rounds)
+    qps, (_, ids) = batched_qps(lambda q: ann.search(q, 10, recall=TARGET), queries, rounds)
     half = len(queries) // 2
     build_nprobe = ann.calibration.nprobe_for(TARGET)
     ann.tune(queries[:half])
@@ -185,7 +175,7 @@ def faiss_ivfpq(fit_rows: np.ndarray, corpus: np.ndarray, rows: int, queries: np
     points = []
     for nprobe in FAISS_NPROBES:
         index.nprobe = nprobe
-        qps, (_, ids) = timed_qps(lambda q: index.search(q, 10), queries, rounds)
+        qps, (_, ids) = batched_qps(lambda q: index.search(q, 10), queries, rounds)
         points.append({"nprobe": nprobe, "qps": round(qps, 1), "recall_vs_float": round(recall(ids, truth), 4)})
         print(f"  faiss IVF4096,PQ{budget}x8 nprobe {nprobe}: {points[-1]}", flush=True)
     return {"factory": f"IVF4096,PQ{budget}x8", "add_s": round(add_s, 1),
@@ -220,7 +210,7 @@ def measure(method: str, compressor: adaptemb.Compressor, codes: adaptemb.Codes,
             args: argparse.Namespace) -> dict[str, Any]:
     queries, truth = data["queries"], data["truth"]
     exact = compressor.index(codes, device="cpu")
-    exact_qps, (_, exact_ids) = timed_qps(lambda q: exact.search(q, 10), queries, args.rounds)
+    exact_qps, (_, exact_ids) = batched_qps(lambda q: exact.search(q, 10), queries, args.rounds)
     start = time.perf_counter()
     ann = compressor.index(codes, ann="auto")
     build_s = time.perf_counter() - start

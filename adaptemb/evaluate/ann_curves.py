@@ -19,6 +19,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from adaptemb.evaluate.latency import time_rounds
 from adaptemb.evaluate.metrics import Row
 from adaptemb.ranking import neighbour_recall_at_k
 
@@ -34,14 +35,11 @@ def _recall(ids: np.ndarray, exact: np.ndarray) -> float:
     return float(np.mean(neighbour_recall_at_k(ids, exact, 10)))
 
 
-def _qps(search: Callable[[Any], Any], queries: Any, rounds: int) -> tuple[float, Any]:
-    """(queries per second of one batched search, median of ``rounds`` after a warm-up; the search's result)."""
+def batched_qps(search: Callable[[Any], Any], queries: Any, rounds: int) -> tuple[float, Any]:
+    """(queries per second of one batched search, median of ``rounds`` timed after one untimed search; the untimed
+    search's result)."""
     result = search(queries)
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        result = search(queries)
-        times.append(time.perf_counter() - start)
+    times = time_rounds(lambda: search(queries), warmup=0, rounds=rounds)
     return len(queries) / max(float(np.median(times)), 1e-9), result
 
 
@@ -54,7 +52,7 @@ def method_curve(compressor: Any, k: int | None, codes: Any, queries: np.ndarray
     query_codes = ann.encode_queries(queries)
     points = []
     for nprobe in [p for p in NPROBES if p <= ann.cells] + ([ann.cells] if ann.cells not in NPROBES else []):
-        qps, (_, ids) = _qps(lambda q, p=nprobe: ann.search(q, 10, nprobe=p), query_codes, rounds)
+        qps, (_, ids) = batched_qps(lambda q, p=nprobe: ann.search(q, 10, nprobe=p), query_codes, rounds)
         points.append({"series": f"{compressor.name} ann", "method": compressor.name, "k": k,
                        "setting": f"nprobe={nprobe}", "recall_at_10": _recall(ids, exact), "qps": qps,
                        "recall_vs_exact_codes": None if own_exact is None else _recall(ids, own_exact),
@@ -82,7 +80,7 @@ def faiss_curves(corpus: np.ndarray, queries: np.ndarray, exact: np.ndarray, nam
         build_s = time.perf_counter() - start
         size = _faiss_bytes(index, name, n, d, nlist)
         for setting in _settings(index, name, nlist):
-            qps, (_, ids) = _qps(lambda q, i=index: i.search(q, 10), queries, rounds)
+            qps, (_, ids) = batched_qps(lambda q, i=index: i.search(q, 10), queries, rounds)
             points.append({"series": f"faiss {name}", "method": f"faiss-{name}", "k": None, "setting": setting,
                            "recall_at_10": _recall(ids, exact), "qps": qps, "recall_vs_exact_codes": None,
                            "bytes_per_vector": size, "build_s": build_s, "cells": nlist if name != "hnsw" else None})
