@@ -1,16 +1,11 @@
 """Writing an approximate index to one safetensors file, and reading a safetensors header alone.
 
-``save_ann`` writes (atomically, through ``adaptemb.serialization.write_tensors``) the compressor's tensors
-(``compressor.*``), the live codes in cell order (``docs.*``), the caller's ids, the cell offsets, the float16
-centroids and routing basis and the calibration curve (``ann.*``), a code rerank store (``rerank.*``), and string
-metadata: the index format (``"adaptemb.index"``) with ``ann`` set, the compressor's metadata, the settings and
-the query kind and budget.
-
-``load_ann`` reads the header alone and maps every tensor of the index straight from the file (``numpy.memmap``,
-read-only): opening costs the compressor's restore and the header checks, not the rows, which are read from disk as
-searches touch them. (The safetensors library has no zero-copy numpy view, hence the small header reader here; the
-layout it reads is the library's documented one.) Packed sparse codes are wrapped without unpacking every row
-(their first row is parsed to check the layout); the scan kernels never read outside a row's table entries.
+``save_ann`` writes (atomically, through ``adaptemb.serialization.write_tensors``; ``write_tensors_streamed`` for a
+build from shards) the compressor's tensors (``compressor.*``), the live codes in cell order (``docs.*``), the
+caller's ids, the cell offsets, the float16 centroids and routing basis and the calibration curve (``ann.*``), a code
+rerank store (``rerank.*``), and string metadata: the index format (``"adaptemb.index"``) with ``ann`` set, the
+compressor's metadata, the settings and the query kind and budget. ``read_header`` reads a file's header alone (the
+safetensors library has no zero-copy numpy view); ``adaptemb.ann.storage`` opens the file memory-mapped from it.
 """
 
 from __future__ import annotations
