@@ -9,8 +9,9 @@ Runs the command as a user would (a fresh process: start-up, imports and the rep
 the wall time, the CPU seconds of the job (user + system: a measure that a busy machine inflates far less than
 the wall time), the bench's own total, the time of every step the bench reports (``results.json`` ``steps``: the
 reference row, each fit, each row, the recommendation), the peak memory, the load average before, during (sampled
-every 5 s) and after, the machine and the commit. With ``--baseline`` (an earlier run's ``results.json``) it also
-records each row's NDCG@10 beside the baseline's and the largest difference.
+every 5 s) and after, the host's one-thread matmul speed before and after (``host_gflops_1thread``: the same
+load average hides a 20-30 % slower shared host), the machine and the commit. With ``--baseline`` (an earlier
+run's ``results.json``) it also records each row's NDCG@10 beside the baseline's and the largest difference.
 
 The main job's bar is a standing one: at most ``--limit`` seconds (120) at load <= 2 on 2 cores. A run slower than
 that exits with status 1 (a regression, like a failing test); a run whose load passed 2 says its time is not a
@@ -81,6 +82,22 @@ def run_main_job(out: Path) -> dict[str, Any]:
             "terminal_output": finished.stdout}
 
 
+def host_speed(seconds: float = 2.0) -> float:
+    """One thread's float32 matmul throughput (GFLOP/s) over about ``seconds``: a reference that shows a slow or busy
+    host (shared VM hosts here vary by 20-30 % from hour to hour at the same load average)."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    a = np.random.default_rng(0).standard_normal((512, 512), dtype=np.float32)
+    with threadpool_limits(1):
+        rounds, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            a @ a
+            rounds += 1
+        elapsed = time.perf_counter() - started
+    return round(2 * 512**3 * rounds / elapsed / 1e9, 1)
+
+
 def step_times(results: dict[str, Any]) -> dict[str, Any]:
     """The bench's total, its steps (label: seconds) and the fit seconds per method, from its ``results.json``."""
     fits: dict[str, float] = {}
@@ -134,7 +151,9 @@ def main() -> int:
     parser.add_argument("--limit", type=float, default=120.0, help="the bar in seconds (wall clock)")
     parser.add_argument("--record", type=Path, default=Path(__file__).parent / "results" / "main_job_time.json")
     args = parser.parse_args()
+    speed_before = host_speed()
     run = run_main_job(args.out)
+    run["host_gflops_1thread"] = [speed_before, host_speed()]
     results = json.loads((args.out / "results.json").read_text())
     record = {"benchmark": "main_job_time", "date": time.strftime("%Y-%m-%d %H:%M"), "commit": git_commit(),
               **{k: v for k, v in run.items() if k != "terminal_output"}, **step_times(results), "limit_s": args.limit}

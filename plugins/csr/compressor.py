@@ -53,7 +53,7 @@ from adaptemb_plugins.csr.values import ValueTables, fit_value_tables
 
 _EVAL_ROWS = 2048  # rows the before/after loss measurement uses
 _MEDIAN_ROWS = 8192  # rows the geometric median is estimated from
-_CODEBOOK_ROWS = 8192  # training rows the value codebooks are fitted on (and the choice measured against)
+_CODEBOOK_ROWS = 4096  # training rows the value codebooks are fitted on (and the choice measured against)
 _HELD_OUT_ROWS = 1024  # at most this many rows held out to measure the choice of value bits
 _MIN_ROWS_TO_HOLD_OUT = 2000  # smaller fits hold nothing out
 
