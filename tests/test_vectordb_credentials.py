@@ -202,11 +202,11 @@ def test_cli_takes_the_key_from_the_environment_and_never_prints_it(qdrant: Qdra
     done = runner.invoke(app, ["export-codes", "--codes", str(codes_file), "--location", qdrant.url], env=env)
     assert done.exit_code == 0, done.output
     assert done.output.strip() == (f"wrote 6 dense codes into qdrant collection 'adaptemb' at {qdrant.url} "
-                                   "(API key from $QDRANT_API_KEY)")
+                                   "(float32 vector of 4, dot product; API key from $QDRANT_API_KEY)")
     checked_headers(qdrant, KEY)
     named = runner.invoke(app, ["export-codes", "--codes", str(codes_file), "--location", qdrant.url, "--recreate",
                                 "--api-key-env", "TEAM_QDRANT_KEY"], env={"TEAM_QDRANT_KEY": KEY, "COLUMNS": "200"})
-    assert named.exit_code == 0 and "(API key from $TEAM_QDRANT_KEY)" in named.output
+    assert named.exit_code == 0 and "API key from $TEAM_QDRANT_KEY)" in named.output
     wrong = runner.invoke(app, ["export-codes", "--codes", str(codes_file), "--location", qdrant.url, "--recreate"],
                           env={"QDRANT_API_KEY": "not-" + KEY, "COLUMNS": "200"})
     assert wrong.exit_code == 2

@@ -247,3 +247,33 @@ def test_a_qdrant_server_builds_and_reports_each_index(method: str, coded: dict[
     _, ids = search_qdrant(client, collection, queries, 10, search_params=None if method == "csr" else {"hnsw_ef": 128})
     assert recall(ids, comp, queries, docs) >= 0.9
     client.delete_collection(collection)
+
+
+@needs_milvus
+def test_export_codes_cli_asks_for_the_engines_index(coded: dict[str, Any], tmp_path: Path) -> None:
+    """``adaptemb export-codes --index TYPE --index-param NAME=VALUE``: Milvus Lite builds the IVF_FLAT asked for (its
+    describe_index reports the nlist given); a parameter the type does not take, a type that does not fit the codes
+    and a parameter without --index are each one line naming what is valid, and write no collection."""
+    from typer.testing import CliRunner
+
+    from adaptemb.cli import app
+
+    codes_file = tmp_path / "svd.npz"
+    adaptemb.save_codes(coded["svd"][1], codes_file)
+    runner = CliRunner()
+    base = ["export-codes", "--codes", str(codes_file), "--to", "milvus"]
+    done = runner.invoke(app, [*base, "--location", str(tmp_path / "a.db"), "--index", "IVF_FLAT",
+                               "--index-param", "nlist=16"], env={"COLUMNS": "200"})
+    assert done.exit_code == 0 and "wrote 1,500 dense codes into milvus" in done.output, done.output
+    assert "IVF_FLAT (nlist=16) index" in done.output, done.output
+    with opened("milvus", str(tmp_path / "a.db")) as client:
+        described = client.describe_index("adaptemb", client.list_indexes("adaptemb")[0])
+    assert (described["index_type"], described["params"]) == ("IVF_FLAT", {"nlist": 16})
+    refusals = {("--index", "IVF_FLAT", "--index-param", "nprobe=4"): "unknown build parameter 'nprobe' for Milvus IVF_FLAT",
+                ("--index", "BIN_IVF_FLAT"): "BIN_IVF_FLAT does not fit",
+                ("--index-param", "nlist=16"): "--index-param needs --index"}
+    for extra, message in refusals.items():
+        location = tmp_path / f"refused-{len(extra)}-{extra[1]}.db"
+        result = runner.invoke(app, [*base, "--location", str(location), *extra], env={"COLUMNS": "200"})
+        assert result.exit_code != 0 and message in result.output, (extra, result.output)
+        assert "Traceback" not in result.output and not location.exists(), (extra, sorted(tmp_path.iterdir()))

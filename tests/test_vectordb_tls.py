@@ -116,7 +116,7 @@ def test_https_verifies_the_certificate(qdrant_tls: QdrantStub, certificates: tu
     monkeypatch.delenv("SSL_CERT_FILE")
     cli = runner.invoke(app, ["export-codes", "--codes", str(codes_file), "--location", qdrant_tls.url, "--recreate",
                               "--ca-cert", str(ca)], env={"COLUMNS": "200"})
-    assert cli.exit_code == 0 and "(API key from $QDRANT_API_KEY)" in cli.output
+    assert cli.exit_code == 0 and "API key from $QDRANT_API_KEY)" in cli.output
     never_shows(KEY, error_text(unverified.value), cli.output)
 
 

@@ -25,8 +25,10 @@ from adaptemb.cli.options import (
     flag,
 )
 from adaptemb.cli.output import console, plural
+from adaptemb.config import parse_params
+from adaptemb.errors import InvalidConfigError
 from adaptemb.streaming import Engine, Side, encode_files, read_code_shards
-from adaptemb.vectordb import export_codes
+from adaptemb.vectordb import EngineIndex, export_codes
 from adaptemb.vectordb.export import VectorDB
 
 INTERRUPTED = 130
@@ -92,6 +94,14 @@ def export_codes_command(
     ca_cert: Annotated[Path | None, typer.Option(
         "--ca-cert", help="A PEM CA bundle to verify an https:// server's certificate against "
         "(default: the public CAs; SSL_CERT_FILE for Qdrant, GRPC_DEFAULT_SSL_ROOTS_FILE_PATH for Milvus).")] = None,
+    index: Annotated[str | None, typer.Option(
+        "--index", metavar="<type>", help="The engine's own index over the codes: 'approximate' (the engine's "
+        "approximate index for the codes' vector type) or a type (Milvus: SPARSE_INVERTED_INDEX, SPARSE_WAND, "
+        "BIN_IVF_FLAT, HNSW, IVF_RABITQ, ...; Qdrant: HNSW, sparse); a type that does not fit the codes is refused "
+        "with those that do (default: Milvus servers exact, Qdrant its defaults).")] = None,
+    index_params: Annotated[list[str] | None, typer.Option(
+        "--index-param", metavar="NAME=VALUE", help="A build parameter of --index (repeatable), e.g. nlist=1024, "
+        "M=16; unknown names are refused with the type's.")] = None,
 ) -> None:
     """Write codes into a vector database collection (ids = row numbers): Qdrant or Milvus.
 
@@ -104,7 +114,16 @@ def export_codes_command(
         codes, ids = read_code_shards(codes_path, ids=True)
     else:
         codes, ids = load_codes(codes_path), None
-    result = export_codes(codes, to=to, location=location, collection=collection, ids=ids,
-                          recreate=recreate, api_key_env=api_key_env, ca_cert=ca_cert)
-    sent = f" ({result.credentials})" if result.credentials else ""
-    console.print(f"wrote {plural(len(codes), f'{codes.kind} code')} into {to} collection {collection!r} at {location}{sent}")
+    result = export_codes(codes, to=to, location=location, collection=collection, ids=ids, recreate=recreate,
+                          api_key_env=api_key_env, ca_cert=ca_cert, index=_engine_index(index, index_params or []))
+    console.print(str(result))
+
+
+def _engine_index(index: str | None, params: list[str]) -> EngineIndex | None:
+    """``--index`` and its ``--index-param`` items as an ``EngineIndex`` (None: the engine's default)."""
+    if index is None:
+        if params:
+            raise InvalidConfigError("--index-param needs --index (the type whose build parameters they are)",
+                                     parameter="index-param", value=params[0], valid="--index TYPE --index-param NAME=VALUE")
+        return None
+    return EngineIndex(type=index, build=parse_params(params))

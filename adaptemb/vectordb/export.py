@@ -4,8 +4,10 @@ their ids and payload first, and closing a client it opened itself."""
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -106,18 +108,36 @@ def export_codes(codes: Codes, *, to: VectorDB = "qdrant", location: str | Any, 
         vector = guarded(to, where, given_credential,
                          lambda: exporter(codes, location, collection, row_ids, payload, recreate, compact, index))
         return CodesExport(to, GIVEN, collection, len(codes), codes.kind, vector)
-    lite = to == "milvus" and not is_server(to, location)
+    local = not is_server(to, location)
+    lite = to == "milvus" and local
+    new_store = local and not os.path.lexists(location)
     already_running = lite and milvus_lite_running(location)
     client = _OPENERS[to](location, credential, ca_cert)
     try:
         vector = guarded(to, location, credential,
                          lambda: exporter(codes, client, collection, row_ids, payload, recreate, compact, index))
-    finally:
-        client.close()
-        if lite and not already_running:  # Lite keeps the file locked until its server stops
-            release_milvus_lite(location)
+    except BaseException:
+        _close(client, location, lite and not already_running)
+        if new_store:  # a refused or failed export leaves no half-written store behind
+            _remove(Path(location))
+        raise
+    _close(client, location, lite and not already_running)
     return CodesExport(to, location, collection, len(codes), codes.kind, vector,
                        "" if credential is None else credential.describe())
+
+
+def _close(client: Any, location: str, release_lite: bool) -> None:
+    client.close()
+    if release_lite:  # Lite keeps the file locked until its server stops
+        release_milvus_lite(location)
+
+
+def _remove(path: Path) -> None:
+    """Delete a store this export created (Milvus Lite: a file or folder; Qdrant: a folder)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _checked_credential(to: str, location: str | Any, api_key: SecretStr | str | None, api_key_env: str | None,
