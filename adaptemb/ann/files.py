@@ -74,7 +74,7 @@ def ann_contents(index: Any) -> tuple[dict[str, Any], dict[str, str]]:
 
 
 def write_tensors_streamed(path: str | Path, tensors: dict[str, Any], metadata: dict[str, str],
-                           chunk_bytes: int = 1 << 26) -> Path:
+                           chunk_bytes: int = 1 << 22) -> Path:
     """``write_tensors``' file, atomically, written ``chunk_bytes`` at a time from arrays that may be memory-mapped
     (the safetensors library copies every tensor into memory first). The layout is the library's documented one:
     a little-endian header length, the JSON header (tensor entries and ``__metadata__``, with the manifest
