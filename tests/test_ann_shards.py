@@ -45,6 +45,11 @@ def test_the_index_built_from_shards_is_the_in_memory_one(shards: tuple, tmp_pat
     assert streamed.store.main.ids.dtype == in_memory.store.main.ids.dtype
     assert streamed.bytes_per_vector == in_memory.bytes_per_vector
     np.testing.assert_array_equal(streamed.calibration.recall, in_memory.calibration.recall)
+    np.testing.assert_array_equal(streamed.store.main.codes.packed, in_memory.store.main.codes.packed)
+    np.testing.assert_array_equal(streamed.router.centroids, in_memory.router.centroids.astype(np.float16))
+    assert (streamed.router.basis is None) == (in_memory.router.basis is None)  # None: queries routed as they are
+    if streamed.router.basis is not None:
+        np.testing.assert_array_equal(streamed.router.basis, in_memory.router.basis.astype(np.float16))
     _, queries = data()
     for nprobe in (2, 8):
         np.testing.assert_array_equal(streamed.search(queries, 10, nprobe=nprobe)[1],

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -82,15 +83,18 @@ def trained_router(compressor: Any, sample: Codes, basis_docs: Codes, scorer: Ce
     return Router(router.basis, centroids.astype(np.float16).astype(np.float32))
 
 
-def calibrate_on_rows(index: AnnIndex, held_docs: Codes, held_out: np.ndarray) -> None:
+def calibrate_on_rows(index: AnnIndex, held_docs: Codes, held_out: np.ndarray,
+                      cells_of: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
     """Calibrate ``index`` on queries made of its rows ``held_out`` (codes ``held_docs``; their own documents left
-    out of their top-k); no calibration when there are none or no queries can be made of them."""
+    out of their top-k); no calibration when there are none or no queries can be made of them. ``cells_of``: as
+    ``AnnIndex.calibrate`` takes it."""
     n = len(index)
     queries = None if not len(held_out) else stand_in_queries(index.compressor, held_docs, index.scorer,
                                                                 index.query_kind, index.budget)
     if queries is not None:
         index.calibration = index.calibrate(queries, min(index.config.top_k, n - 1) if n > 1 else 1,
-                                            source=f"{len(held_out):,} held-out rows", exclude=held_out)
+                                            source=f"{len(held_out):,} held-out rows", exclude=held_out,
+                                            cells_of=cells_of)
 
 
 def stand_in_queries(compressor: Any, docs: Codes, scorer: CellScorer, query_kind: str,

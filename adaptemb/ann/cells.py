@@ -21,8 +21,9 @@ import torch
 
 from adaptemb.codes import Codes
 
-BLOCK_ROWS = 65536
-"""Documents mapped (and assigned) at a time: bounds the (rows, r) temporaries."""
+BLOCK_ROWS = 8192
+"""Documents mapped (and assigned) at a time: bounds the (rows, r) float32 temporaries (8 MiB at r = 256). A
+row's mapping and cell do not depend on the rows mapped beside it (a cell's float64 sum only up to rounding)."""
 Vectors = Callable[[Codes], "np.ndarray | sp.csr_matrix"]
 """Codes -> their rows in the query codes' space (dense or CSR)."""
 ROUTE_BLOCK = 4096
@@ -78,7 +79,11 @@ class Router:
         """Code-space rows (n, qdim), dense or CSR, as rows of the routing space (n, r), float32: unit rows, or as
         mapped with ``scaled=False``."""
         mapped = rows if self.basis is None else rows @ self.basis
-        mapped = np.array(mapped.toarray() if sp.issparse(mapped) else mapped, dtype=np.float32, order="C")
+        if sp.issparse(mapped):
+            mapped = mapped.toarray()
+        elif mapped is rows:  # the caller's own rows (no basis): copied before ``unit`` scales them in place
+            mapped = np.array(mapped, dtype=np.float32)
+        mapped = np.ascontiguousarray(mapped, dtype=np.float32)  # a fresh product is used as it is
         return unit(mapped) if scaled else mapped
 
     def map_codes(self, codes: Codes, vectors: Vectors = dense_rows) -> np.ndarray:

@@ -11,7 +11,9 @@ safetensors library has no zero-copy numpy view); ``adaptemb.ann.storage`` opens
 from __future__ import annotations
 
 import json
+import mmap
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +76,7 @@ def ann_contents(index: Any) -> tuple[dict[str, Any], dict[str, str]]:
 
 
 def write_tensors_streamed(path: str | Path, tensors: dict[str, Any], metadata: dict[str, str],
-                           chunk_bytes: int = 1 << 26) -> Path:
+                           chunk_bytes: int = 1 << 22) -> Path:
     """``write_tensors``' file, atomically, written ``chunk_bytes`` at a time from arrays that may be memory-mapped
     (the safetensors library copies every tensor into memory first). The layout is the library's documented one:
     a little-endian header length, the JSON header (tensor entries and ``__metadata__``, with the manifest
@@ -95,11 +97,25 @@ def write_tensors_streamed(path: str | Path, tensors: dict[str, Any], metadata: 
         with open(tmp, "wb") as handle:
             handle.write(struct.pack("<Q", len(text)) + text)
             for array in arrays.values():
-                flat = array.reshape(-1) if array.flags.c_contiguous else np.ascontiguousarray(array).reshape(-1)
-                step = max(1, chunk_bytes // max(flat.itemsize, 1))
-                handle.writelines(np.ascontiguousarray(flat[start : start + step]).tobytes() for start in range(0, len(flat), step))
+                handle.writelines(_chunks(array, chunk_bytes))
 
     return atomic_write(path, write)
+
+
+def _chunks(array: np.ndarray, chunk_bytes: int) -> Iterator[bytes]:
+    """The bytes of ``array`` (C order), ``chunk_bytes`` at a time. A whole ``np.memmap`` of a file is read from
+    the file itself (through the page cache, not mapped into this process: its pages do not count as this
+    process' memory)."""
+    if isinstance(array, np.memmap) and isinstance(array.base, mmap.mmap) and array.flags.c_contiguous:
+        with open(array.filename, "rb") as source:
+            source.seek(array.offset)
+            for start in range(0, array.nbytes, chunk_bytes):
+                yield source.read(min(chunk_bytes, array.nbytes - start))
+        return
+    flat = array.reshape(-1) if array.flags.c_contiguous else np.ascontiguousarray(array).reshape(-1)
+    step = max(1, chunk_bytes // max(flat.itemsize, 1))
+    for start in range(0, len(flat), step):
+        yield np.ascontiguousarray(flat[start : start + step]).tobytes()
 
 
 def is_ann_file(path: str | Path) -> bool:

@@ -10,6 +10,7 @@ the caller's queries, and ``save`` writes one safetensors file that ``adaptemb.l
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -208,9 +209,12 @@ class AnnIndex:
             self.calibration = self.calibrate(codes, k, source=f"tune() on {len(codes):,} queries")
         return self.calibration
 
-    def calibrate(self, codes: Codes, k: int, *, source: str, exclude: np.ndarray | None = None) -> Calibration:
+    def calibrate(self, codes: Codes, k: int, *, source: str, exclude: np.ndarray | None = None,
+                  cells_of: Callable[[np.ndarray], np.ndarray] | None = None) -> Calibration:
         """The calibration of query ``codes`` at recall@``k``; ``exclude`` (one caller id per query, or -1) drops a
-        query's own document from its exact top-k."""
+        query's own document from its exact top-k. ``cells_of``: the cell of each caller id of an (queries, k)
+        array, -1 kept (default: looked up in the store, which builds an id lookup of every row)."""
+        cells_of = self._cells_of if cells_of is None else cells_of
         extra = 0 if exclude is None else 1
         ranks = []
         for start in range(0, len(codes), self.config.query_batch):
@@ -219,7 +223,7 @@ class AnnIndex:
             if exclude is not None:
                 ids = _drop_own(ids, exclude[start : start + len(batch)], k)
             order = self.router.route(self.scorer.query_vectors(batch), self.cells)
-            ranks.append(routing_ranks(order, self._cells_of(ids)))
+            ranks.append(routing_ranks(order, cells_of(ids)))
         mean, lower = recall_curves(np.concatenate(ranks), self.cells)
         return Calibration(mean, lower, k, len(codes), source)
 

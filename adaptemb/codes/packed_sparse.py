@@ -52,8 +52,9 @@ POSITION_STEPS = 255
 """A stored codebook entry sits at one of 256 even positions (uint8) from its feature's low to its high entry."""
 VALUE_BITS = (1, 2, 3, 4, 8, 16)
 """Bits per value: levels of a per-feature codebook (1-8), or float16 values (16)."""
-UNPACK_ROWS = 65536
-"""Rows unpacked at a time (bounds the bit matrix: rows x bits-per-row bytes)."""
+UNPACK_ROWS = 8192
+"""Rows unpacked at a time (bounds the bit matrix and its int64 copy: rows x bits-per-row x 9 bytes, 9 MiB for
+16-byte rows)."""
 
 
 def index_bits(dim: int) -> int:
@@ -392,9 +393,10 @@ class PackedSparseCodes(Codes):
         else:
             codebook = _stored_codebook_of(arrays, dim, value_bits)
         codes = cls(arrays["packed"], dim, k, value_bits, codebook, low_bits)
-        indices, _ = codes.slots()
-        if indices.size and int(indices.max()) > dim:
-            raise ValueError(f"packed_sparse index {int(indices.max())} is out of range for dim={dim}")
+        largest = max((int(codes._unpack(codes.packed[s : s + UNPACK_ROWS])[0].max())
+                       for s in range(0, len(codes), UNPACK_ROWS)), default=0)
+        if largest > dim:
+            raise ValueError(f"packed_sparse index {largest} is out of range for dim={dim}")
         return codes
 
     @classmethod
