@@ -56,12 +56,16 @@ def scan_packed(packed, offsets, cells, qptr, qlist, shares, weights, offset, ta
 {decode}
                 for j in range(SLOTS):
                     f = min(slots[j], dim)
-                    if local[f] < 0:
-                        local[f] = used
-                        features[used] = f
-                        used += 1
-                    entry_at[np.uint64(r * SLOTS + j)] = local[f] * GROUP
+                    local[f] = 0
+                    entry_at[np.uint64(r * SLOTS + j)] = f
                     entry_v[np.uint64(r * SLOTS + j)] = {value}
+            for f in range(dim + 1):  # the cell's features numbered in ascending order: gathers read forward
+                if local[f] == 0:
+                    local[f] = used * GROUP
+                    features[used] = f
+                    used += 1
+            for e in range(rows * SLOTS):
+                entry_at[np.uint64(e)] = local[entry_at[np.uint64(e)]]
             for g0 in range(qptr[task], qptr[task + 1], GROUP):
                 members = min(GROUP, qptr[task + 1] - g0)
                 for t in range(GROUP):
