@@ -23,7 +23,8 @@ def test_each_probed_cell_is_one_task_listing_its_queries_ascending() -> None:
 def test_plan_matches_a_sort_of_every_query_cell_pair() -> None:
     rng = np.random.default_rng(0)
     for cells in (7, 300, 70_000):  # the last above 2**16 cell numbers
-        probes = np.stack([rng.choice(cells + 1, 6, replace=False) - 1 for _ in range(50)]).astype(np.int32)  # as routed: no repeats
+        rows = [rng.choice(cells + 1, 6, replace=False) - 1 for _ in range(50)]  # as routed: no cell twice
+        probes = np.stack(rows).astype(np.int32)
         sizes = rng.integers(0, 3, size=cells)
         plan = ProbePlan.of(probes, sizes)
         pairs = sorted({(int(c), q) for q, row in enumerate(probes) for c in row if c >= 0 and sizes[c] > 0})
