@@ -2,17 +2,11 @@
 
 The automatic choices (``AnnConfig.resolved``):
 
-* ``cells``: ``sqrt(n)`` rounded to a power of two, or, where that would put more than ``CELL_ROWS`` (512) rows
-  in a cell, ``n / 512`` rounded to a power of two as long as the k-means sample has ``TRAINING_ROWS`` (39, faiss'
-  minimum) rows per cell: 512 at 250k rows, 2,048 at 1M, back to ``sqrt(n)`` (4,096) at 10M-16M with the default
-  100k sample; at most ``n / 32`` (cells of at least 32 rows) and at least 1. Fewer, larger cells than the
-  ``4 * sqrt(n)`` of float IVF indexes at 250k: a scan pays per probed cell (the rows' decoding and the queries'
-  weights gathered once per cell). Measured with ``benchmarks/ann_recall_qps.py``'s data (1M real rows, csr 16 B and
-  svd+binary 32 B, 2,000 queries, probes for recall 0.95 against exact from the calibration, CPU seconds of one
-  thread, a busy machine): at 250k, 512 cells beat 1,024 (csr 0.25 against 0.32 s, svd+binary 0.45 against 0.49 s);
-  at 990k, 2,048 beat 1,024 (csr 0.36 against 0.52 s: 74 of 2,048 cells, 3.4 % of the rows, against 59 of 1,024,
-  5.4 %; svd+binary 0.78 against 0.90 s: 7.7 % of the rows against 9.5 %), building in 204-222 s. With ``sqrt(n)``
-  cells the scanned share fell too slowly for the QPS to fall by less than 2x from 250k to 1M rows;
+* ``cells``: ``sqrt(n)`` rounded to a power of two (512 at 250k rows, 1,024 at 1M, 4,096 at 16M), at most
+  ``n / 32`` (cells of at least 32 rows) and at least 1. Fewer, larger cells than the ``4 * sqrt(n)`` of float
+  IVF indexes: a scan pays per probed cell (the rows' decoding and the queries' weights gathered once per cell),
+  and on 1M real rows (csr 16 B, svd+binary 32 B; ``benchmarks/ann_recall_qps.py``) 1,024 cells reached 0.95
+  recall with less CPU per query than 2,048 or 4,096, and built in a quarter of the time;
 * ``routing_dims``: the query space's own width up to 256 (on 1M real rows csr's 1,024-d queries routed within
   0.005 recall of 240 dims with 96, 0.06 below with 48; svd+binary's 256 dims lost 0.04 at 128), less where the centroids (float16, one per cell) and
   the routing basis would cost more than ``ROUTING_BYTES`` per document (or ``ROUTING_FLOOR`` bytes in all,
@@ -35,10 +29,6 @@ ROUTING_BYTES = 2.5
 """Bytes per document the automatic routing space may spend on centroids and basis (float16)..."""
 ROUTING_FLOOR = 2**19
 """... or this many bytes in all, whichever is more (small indexes route in a useful space)."""
-CELL_ROWS = 512
-"""Rows a cell holds under the automatic rule once ``sqrt(n)`` cells would hold more (n above 262,144)."""
-TRAINING_ROWS = 39
-"""k-means sample rows the automatic rule wants per cell (faiss' ``min_points_per_centroid``)."""
 MAX_ROUTING_DIMS = 256
 MIN_ROUTING_DIMS = 16
 
@@ -97,7 +87,7 @@ class AnnConfig(BaseModel):
 
     def resolved(self, rows: int, query_dims: int) -> Settings:
         """The cell count and routing dimensions for ``rows`` documents and queries of ``query_dims`` dimensions."""
-        cells = auto_cells(rows, min(self.sample, rows)) if self.cells == "auto" else min(int(self.cells), rows)
+        cells = auto_cells(rows) if self.cells == "auto" else min(int(self.cells), rows)
         dims = auto_dims(rows, cells, query_dims) if self.routing_dims == "auto" else int(self.routing_dims)
         return Settings(cells=cells, routing_dims=min(dims, query_dims), sample=min(self.sample, rows))
 
@@ -115,13 +105,10 @@ class Settings:
     sample: int
 
 
-def auto_cells(rows: int, sample: int | None = None) -> int:
-    """The larger of ``sqrt(rows)`` and ``rows / CELL_ROWS`` (each rounded to a power of two), the latter at most one
-    cell per ``TRAINING_ROWS`` rows of the k-means ``sample`` (default: all rows); at least 32 rows a cell."""
-    root = 2 ** round(math.log2(max(math.sqrt(rows), 1)))
-    by_size = 2 ** round(math.log2(max(rows / CELL_ROWS, 1)))
-    trainable = 2 ** math.floor(math.log2(max((rows if sample is None else sample) / TRAINING_ROWS, 1)))
-    return int(max(1, min(max(root, min(by_size, trainable)), rows // 32)))
+def auto_cells(rows: int) -> int:
+    """``sqrt(rows)`` rounded to a power of two, with at least 32 rows a cell."""
+    wanted = 2 ** round(math.log2(max(math.sqrt(rows), 1)))
+    return int(max(1, min(wanted, rows // 32)))
 
 
 def auto_dims(rows: int, cells: int, query_dims: int) -> int:
