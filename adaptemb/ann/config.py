@@ -4,9 +4,15 @@ The automatic choices (``AnnConfig.resolved``):
 
 * ``cells``: ``sqrt(n)`` rounded to a power of two (512 at 250k rows, 1,024 at 1M, 4,096 at 16M), at most
   ``n / 32`` (cells of at least 32 rows) and at least 1. Fewer, larger cells than the ``4 * sqrt(n)`` of float
-  IVF indexes: a scan pays per probed cell (the rows' decoding and the queries' weights gathered once per cell),
-  and on 1M real rows (csr 16 B, svd+binary 32 B; ``benchmarks/ann_recall_qps.py``) 1,024 cells reached 0.95
-  recall with less CPU per query than 2,048 or 4,096, and built in a quarter of the time;
+  IVF indexes: a scan pays per probed cell (the rows' decoding and the queries' weights gathered once per cell,
+  which for csr costs about as much as the scoring). Measured on the Debian corpus' static-256 rows (csr 16 B,
+  svd+binary 32 B, 2,000 queries, 2 threads, the fewest probes reaching recall 0.95 against exact, searches
+  alternated; ``benchmarks/results/ann_cells_static-256_990000.json``): at 990k rows 2,048 cells (n / 512) scanned
+  a smaller share (csr 66 of 2,048 cells against 48 of 1,024) but searched at 0.90x the QPS of 1,024 for csr and
+  1.06x for svd+binary: routing and the per-cell costs eat what the smaller share saves, so ``sqrt(n)`` stays.
+  With it the QPS at 0.95 fell 1.2-1.9x from 250k to 990k rows in paired runs on a busy machine, the exact
+  scan's 2.4-4.6x (``benchmarks/ann_paired_scaling.py``). At 250k, 1,024 cells took more CPU than 512 for both kinds (one thread,
+  timed apart: csr 0.32 against 0.25 s, svd+binary 0.49 against 0.45 s for 2,000 queries);
 * ``routing_dims``: the query space's own width up to 256 (on 1M real rows csr's 1,024-d queries routed within
   0.005 recall of 240 dims with 96, 0.06 below with 48; svd+binary's 256 dims lost 0.04 at 128), less where the centroids (float16, one per cell) and
   the routing basis would cost more than ``ROUTING_BYTES`` per document (or ``ROUTING_FLOOR`` bytes in all,

@@ -21,15 +21,16 @@ class ProbePlan:
         """The plan of ``probes`` (queries, nprobe) cell numbers (-1: none), skipping empty cells. Tasks follow the
         cell numbers: neighbouring cells (numbered together by the clustering) share many of their queries, whose
         weights then stay in the cache from one task to the next."""
-        queries = np.repeat(np.arange(len(probes), dtype=np.int64), probes.shape[1])
-        cells = probes.ravel().astype(np.int64)
+        queries = np.repeat(np.arange(len(probes), dtype=np.int64), probes.shape[1])  # ascending
+        cells = probes.ravel()
         used = (cells >= 0) & (sizes[np.maximum(cells, 0)] > 0)
         cells, queries = cells[used], queries[used]
-        order = np.lexsort((queries, cells))
-        cells, queries = cells[order], queries[order]
-        task_cells, counts = np.unique(cells, return_counts=True)
-        qptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        return cls(task_cells.astype(np.int64), qptr, queries.astype(np.int64))
+        # a stable sort by cell keeps each cell's queries ascending (a radix sort on 16-bit cell numbers)
+        order = np.argsort(cells.astype(np.uint16) if len(sizes) <= 2**16 else cells, kind="stable")
+        counts = np.bincount(cells, minlength=len(sizes))
+        task_cells = np.flatnonzero(counts)
+        qptr = np.concatenate([[0], np.cumsum(counts[task_cells])]).astype(np.int64)
+        return cls(task_cells.astype(np.int64), qptr, queries[order])
 
     def shares(self, offsets: np.ndarray, parts: int) -> np.ndarray:
         """Task bounds (parts + 1,) splitting the tasks into ``parts`` runs of consecutive tasks with about equal
