@@ -9,13 +9,14 @@ Usage::
 Each candidate is ``adaptemb.fit(C, "svd+binary", rotation=R, bits_per_dim=1, itq_iterations=I, byte_budgets=B,
 seed=s)`` through the public path (``encode(C, bytes=B)``, ``index(codes).search(Q, 10)``, raw float queries),
 evaluated with every query of the data set (real queries, none of which chose anything): ``none``; ``random`` at
-seeds 0 .. --seeds-1 (their spread is the draw's noise); ``itq`` (50 iterations) and ``itq20`` (20), seed 0; and
+seeds 0 .. --seeds-1 (their spread is the draw's noise); ``itq`` (50 iterations) and ``itq20`` (20), seed 0;
+``itq-tail`` (the leading directions unrotated, ITQ-20 on the rest) at seeds 0 .. --seeds-1; and
 the shipped default (``rotation="auto"``, ``bits_per_dim="auto"``) for reference. Per budget: each candidate's
 NDCG@10, its paired difference from the best candidate with a 95% bootstrap interval over queries (2,000
 resamples), and the fit's process CPU seconds (the machine is shared: CPU time, not wall time, compares fits).
 
 ``--sample N``: a seeded N of the queries become the fit's sample (never evaluated) and the others are evaluated;
-the candidates are then none, random (seed 0), ITQ-20, the default (``rotation="auto"``, ``bits_per_dim="auto"``)
+the candidates are then none, random (seed 0), ITQ-20, itq-tail, the default (``rotation="auto"``, ``bits_per_dim="auto"``)
 and the default fitted with ``queries=sample`` (each width's rotation and bits chosen by the sample).
 """
 
@@ -45,15 +46,17 @@ def candidates(seeds: int) -> list[tuple[str, dict[str, Any]]]:
     one_bit = {"bits_per_dim": 1}
     rows = [("none", {"rotation": "none", **one_bit})]
     rows += [(f"random-s{seed}", {"rotation": "random", "seed": seed, **one_bit}) for seed in range(seeds)]
-    rows += [("itq", {"rotation": "itq", **one_bit}), ("itq20", {"rotation": "itq", "itq_iterations": 20, **one_bit}),
-             ("shipped-auto", {})]  # the default of the code that runs (ITQ-50 everywhere and the bits proxy before issue 46)
+    rows += [("itq", {"rotation": "itq", **one_bit}), ("itq20", {"rotation": "itq", "itq_iterations": 20, **one_bit})]
+    rows += [(f"itq-tail-s{seed}", {"rotation": "itq-tail", "seed": seed, **one_bit}) for seed in range(seeds)]
+    rows += [("shipped-auto", {})]  # the default of the code that runs (ITQ-50 everywhere and the bits proxy before issue 46)
     return rows
 
 
 def sample_candidates() -> list[tuple[str, dict[str, Any]]]:
     """The candidates of a run with a query sample (``queries`` stands for the sample)."""
     return [("none", {"rotation": "none", "bits_per_dim": 1}), ("random-s0", {"rotation": "random", "bits_per_dim": 1}),
-            ("itq20", {"rotation": "itq", "itq_iterations": 20, "bits_per_dim": 1}), ("default", {}),
+            ("itq20", {"rotation": "itq", "itq_iterations": 20, "bits_per_dim": 1}),
+            ("itq-tail", {"rotation": "itq-tail", "bits_per_dim": 1}), ("default", {}),
             ("default+queries", {"queries": "sample"})]
 
 

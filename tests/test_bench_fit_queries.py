@@ -58,7 +58,7 @@ def test_the_runner_gives_dev_queries_to_the_methods_that_take_them() -> None:
     assert query_takers(config) == ["svd+binary"]
     result = run_bench(data, config)
     assert result.dataset["dev_queries"] == 30 and result.dataset["queries"] == Q
-    assert any("svd+binary: its fit-time choices judged by 30 real queries" in note for note in result.notes)
+    assert any("svd+binary: fitted with 30 real queries that are never evaluated" in note for note in result.notes)
     assert not any(note.startswith("svd: its fit-time") for note in result.notes)
     fixed = BenchConfig(methods=["svd+binary"], method_params={"svd+binary": {"rotation": "itq", "bits_per_dim": 1}})
     assert query_takers(fixed) == []

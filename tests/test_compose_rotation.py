@@ -98,23 +98,38 @@ def test_itq_brings_the_rows_closer_to_their_signs() -> None:
     np.testing.assert_array_equal(converged, itq_rotation(centred, converged, iterations=1000))
 
 
-def test_auto_rotation_is_none_at_small_ranks_then_itq_before_sign_bits_and_none_before_other_quantisers(
+def test_itq_tail_keeps_the_leading_directions_and_learns_itq_on_the_rest(x: np.ndarray, tmp_path: Path) -> None:
+    """rotation='itq-tail' at rank 48: the leading min(16, 48 // 4) = 12 directions pass unrotated (identity block),
+    the other 36 get ITQ from the seeded random start on those coordinates; stored as a dense matrix and reloaded."""
+    fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2], rotation="itq-tail", bits_per_dim=1)
+    assert fitted.fit_report["rotations"] == {16: "itq-tail", 48: "itq-tail"}
+    learned = fitted.state_tensors()["rank48.rotation"].double().numpy()
+    np.testing.assert_allclose(learned[:12, :12], np.eye(12), atol=0)
+    assert not learned[:12, 12:].any() and not learned[12:, :12].any()
+    rows = fitted._projected(torch.from_numpy(x), 48).double().numpy()[:, 12:]
+    expected = itq_rotation(rows - rows.mean(axis=0), random_rotation(36, 0), DEFAULT_ITQ_ITERATIONS)
+    np.testing.assert_allclose(learned[12:, 12:], expected, atol=1e-5)
+    np.testing.assert_allclose(learned @ learned.T, np.eye(48), atol=1e-5)
+    loaded = adaptemb.load(fitted.save(tmp_path / "tail.safetensors"))
+    np.testing.assert_array_equal(loaded.encode(x, k=48).packed, fitted.encode(x, k=48).packed)
+
+
+def test_auto_rotation_is_none_at_small_ranks_then_itq_tail_before_sign_bits_and_none_before_other_quantisers(
         x: np.ndarray, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """auto: no rotation up to rank NO_ROTATION_MAX_RANK (listed in the file as unrotated), ITQ (from the seeded
-    random start, DEFAULT_ITQ_ITERATIONS rounds) above it before binary's sign bits; no rotation before rabitq."""
+    """auto: no rotation up to rank NO_ROTATION_MAX_RANK (listed in the file as unrotated), itq-tail (the leading
+    directions kept, ITQ from the seeded random start, DEFAULT_ITQ_ITERATIONS rounds, on the rest) above it before
+    binary's sign bits; no rotation before rabitq."""
     assert compose_choice.NO_ROTATION_MAX_RANK == 128 and DEFAULT_ITQ_ITERATIONS == 20
     monkeypatch.setattr(compose_choice, "NO_ROTATION_MAX_RANK", 16)  # the 48-d fixture's ranks are 16 and 48
     fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2], bits_per_dim=1)
-    assert fitted.fit_report["rotations"] == {16: "none", 48: "itq"}
+    assert fitted.fit_report["rotations"] == {16: "none", 48: "itq-tail"}
     _, tensors = read_tensors(fitted.save(tmp_path / "auto.safetensors"))
     assert tensors["unrotated_widths"].tolist() == [16] and "rank16.center" not in tensors
     np.testing.assert_array_equal(adaptemb.load(tmp_path / "auto.safetensors").encode(x).packed, fitted.encode(x).packed)
     learned = fitted.state_tensors()["rank48.rotation"].double().numpy()
-    rows = fitted._projected(torch.from_numpy(x), 48).double().numpy()
-    expected = itq_rotation(rows - rows.mean(axis=0), random_rotation(48, 0), DEFAULT_ITQ_ITERATIONS)
-    np.testing.assert_allclose(learned, expected, atol=1e-5)
-    assert not np.allclose(learned, random_rotation(48, 0), atol=1e-3)
-    np.testing.assert_allclose(learned @ learned.T, np.eye(48), atol=1e-5)
+    explicit = adaptemb.fit(x, "svd+binary", byte_budgets=[2], bits_per_dim=1, rotation="itq-tail")
+    np.testing.assert_array_equal(learned, explicit.state_tensors()["rank48.rotation"].double().numpy())
+    assert not np.allclose(learned[12:, 12:], random_rotation(36, 0), atol=1e-3)  # learned from the random start
     assert adaptemb.fit(x, "svd+rabitq", byte_budgets=[4]).fit_report["rotation"] == "none"
 
 
@@ -173,16 +188,28 @@ def test_a_hadamard_rotation_is_stored_as_signs_and_scores_like_its_matrix(x: np
     np.testing.assert_array_equal(loaded.encode_queries(x[:5], k=16).values, queries.values)
 
 
-def test_auto_is_itq_up_to_its_largest_rank_then_hadamard_and_older_itq_files_still_load(
+def test_auto_rotates_two_bit_stages_by_itq_where_one_bit_stages_take_itq_tail(
+        x: np.ndarray, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compose_choice, "NO_ROTATION_MAX_RANK", 16)
+    fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2, 12])
+    assert fitted.fit_report["rotations"] == {16: "none", 48: "itq-tail", 96: "itq"}
+    assert fitted.fit_report["bits_per_dim"][96] == 2
+    itq = adaptemb.fit(x, "svd+binary", byte_budgets=[2, 12], rotation="itq")
+    np.testing.assert_array_equal(fitted.encode(x, k=96).packed, itq.encode(x, k=96).packed)
+    loaded = adaptemb.load(fitted.save(tmp_path / "two.safetensors"))
+    np.testing.assert_array_equal(loaded.encode(x, k=96).packed, fitted.encode(x, k=96).packed)
+
+
+def test_auto_is_itq_tail_up_to_its_largest_rank_then_hadamard_and_older_itq_files_still_load(
         x: np.ndarray, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compose_choice, "NO_ROTATION_MAX_RANK", 0)  # before it, auto rotated every rank
-    monkeypatch.setattr(compose_choice, "ITQ_MAX_RANK", 100)  # every rank of the 48-d fixture: what older fits were
+    monkeypatch.setattr(compose_choice, "ITQ_MAX_RANK", 100)  # every rank of the 48-d fixture: an auto file holding a dense matrix at rank 48
     older = adaptemb.fit(x, "svd+binary", byte_budgets=[2])
-    assert older.fit_report["rotation"] == "itq"
+    assert older.fit_report["rotation"] == "itq-tail"
     older_path = older.save(tmp_path / "older.safetensors")
     monkeypatch.setattr(compose_choice, "ITQ_MAX_RANK", 16)
     fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[2])
-    assert fitted.fit_report["rotation"] == "mixed" and fitted.fit_report["rotations"] == {16: "itq", 48: "hadamard"}
+    assert fitted.fit_report["rotation"] == "mixed" and fitted.fit_report["rotations"] == {16: "itq-tail", 48: "hadamard"}
     _, tensors = read_tensors(fitted.save(tmp_path / "now.safetensors"))
     assert "rank16.rotation" in tensors and "rank48.hadamard_signs" in tensors and "rank48.rotation" not in tensors
     loaded = adaptemb.load(older_path)  # rank 48 now defaults to Hadamard, but the file holds ITQ's matrix

@@ -91,9 +91,10 @@ def fit_command(
     labels: Annotated[Path | None, typer.Option(
         "--labels", help="One integer class label per input row (.npy or .npz), for methods that learn from labels.")] = None,
     queries: Annotated[Path | None, typer.Option(
-        "--queries", help="An unlabelled sample of real query embeddings (any embedding file): csr and compositions "
-        "before sign bits (svd+binary, ...) judge their fit-time choices by how much of each query's exact top-10 a "
-        "candidate finds; other methods refuse it.")] = None,
+        "--queries", help="An unlabelled sample of real query embeddings (any embedding file): csr judges its "
+        "fit-time choices by how much of each query's exact top-10 a candidate finds; compositions before sign bits "
+        "(svd+binary, ...) report their codes' recall of it (it no longer chooses their stages); other methods "
+        "refuse it.")] = None,
     report: Annotated[Path | None, typer.Option(
         "--report", help="Also write the whole fit report (every loss and statistic) to this JSON file.")] = None,
     input_kind: InputKindOption = "float",

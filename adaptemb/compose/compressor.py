@@ -162,7 +162,8 @@ class ComposedCompressor(StageChoice, Compressor):
         if self.config.k is not None and self.config.k not in self._stages:
             raise InvalidConfigError(f"{self.name}: k={self.config.k} is not a rank of the projection "
                                      f"({projection.budgets().describe()})", parameter="k", value=self.config.k)
-        kinds = chosen if queries is not None else {width: self.rotation_kind(self._rank(width)) for width in sorted(self._stages)}
+        kinds = chosen if queries is not None else {
+            width: self.stage_rotation_kind(self._rank(width), width // self._rank(width)) for width in sorted(self._stages)}
         self.fit_report = {"ranks": sorted(self._stages), "rotation": _one_or_mixed(kinds.values()), "rotations": kinds,
                            "bits_per_dim": {width: width // self._rank(width) for width in sorted(self._stages)},
                            "bytes_per_vector": {r: self._code_bytes(r) for r in sorted(self._stages)},

@@ -19,7 +19,7 @@ from adaptemb.config import CompressorConfig, config_error_message
 from adaptemb.errors import InvalidConfigError, did_you_mean
 
 PARTS = ("projection", "quantizer")
-ROTATIONS = ("auto", "random", "itq", "hadamard", "none", "pairs")
+ROTATIONS = ("auto", "random", "itq", "itq-tail", "hadamard", "none", "pairs")
 
 
 class ComposedConfig(CompressorConfig):
@@ -30,19 +30,19 @@ class ComposedConfig(CompressorConfig):
     byte_budgets: ByteBudgets = Field(
         None, description="Bytes per vector the fit prepares a projection rank for (the largest rank whose codes fit "
         "each); None: 1, 2, 3, 4, 6, 8, 12, 16, 24, ... up to the code of the full rank, which is always prepared.")
-    rotation: Literal["auto", "random", "itq", "hadamard", "none", "pairs"] = Field(
+    rotation: Literal["auto", "random", "itq", "itq-tail", "hadamard", "none", "pairs"] = Field(
         "auto", description="Orthogonal rotation of the centred projected rows before the quantiser: a seeded random "
         "matrix, ITQ (learned, from the random one), a randomized Hadamard transform (seeded; r signs per round "
-        "stored, O(r log r) per row) or none; auto: before sign-bit quantisers (binary) none up to rank "
-        f"{NO_ROTATION_MAX_RANK}, ITQ up to rank {ITQ_MAX_RANK} and Hadamard above (with a query sample, fit(x, "
-        "queries=...), whichever of these finds most of the sample's float top-10), else none; "
+        "stored, O(r log r) per row) or none; itq-tail: the leading 16 directions (at most a quarter of the rank) unrotated, ITQ on the rest; "
+        f"auto: before sign-bit quantisers (binary) none up to rank {NO_ROTATION_MAX_RANK}, itq-tail up to rank "
+        f"{ITQ_MAX_RANK} and Hadamard above (a query sample does not judge it), else none; "
         "pairs: per rank, whichever of random, itq and none (above that rank hadamard and none) ranks the fit pairs' documents best (MRR of the float "
         "pair queries among the fit rows' codes); needs pairs, and parts that learn nothing from them.")
     bits_per_dim: Literal["auto", 1, 2] = Field(
         "auto", description="Bits per rotated dimension before a sign-bit quantiser (binary): 1 (its sign); 2 (sign "
         "and magnitude, Lloyd-Max levels, coded as two sign planes: the code of width w holds rank w / 2); auto: 1 bit "
         "up to the full rank and 2 bits on a larger rank past it (1 bit measured better wherever the rank allows it, "
-        "docs/results.md), or whichever a query sample, fit(x, queries=...), prefers at each width. Other quantisers: "
+        "docs/results.md; a query sample, fit(x, queries=...), is measured but does not choose). Other quantisers: "
         "1 (auto means 1).")
     itq_iterations: int = Field(DEFAULT_ITQ_ITERATIONS, ge=1, description="ITQ's alternations of signs and rotation (at most: it stops when no sign changes).")
     float_queries: bool = Field(
@@ -51,9 +51,11 @@ class ComposedConfig(CompressorConfig):
 
 
 def queries_choose(config: ComposedConfig) -> bool:
-    """True when a sample of queries (``fit(x, queries=...)``) has a choice to judge under ``config``: the rotation
-    (``auto``) or the bits per dimension (``auto``), unless ``rotation="pairs"`` chooses by the pairs."""
-    return config.rotation != "pairs" and (config.rotation == "auto" or config.bits_per_dim == "auto")
+    """True when a composition takes a sample of queries (``fit(x, queries=...)``) under ``config``: with
+    ``bits_per_dim="auto"``, unless ``rotation="pairs"`` chooses by the pairs. The sample is measured (each width's
+    recall of its float top-10, in the fit report) but no longer changes the stages: ``adaptemb.compose.query_choice``
+    says why."""
+    return config.rotation != "pairs" and config.bits_per_dim == "auto"
 
 
 def composed_config(name: str, projection: type[CompressorConfig],

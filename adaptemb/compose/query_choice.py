@@ -1,19 +1,17 @@
-"""A composition's fit-time choices judged by a sample of real queries (``fit(x, queries=sample)``); without a
-sample the composition chooses as ``adaptemb.compose.choice`` says (``StageChoice``, which also names the
-candidates: ``rotation_candidates``).
+"""A composition's stages measured by a sample of real queries (``fit(x, queries=sample)``); the stages are those
+``adaptemb.compose.choice`` says (``StageChoice``), with or without a sample.
 
-Before a sign-bit quantiser (binary) each prepared code width has candidates: the rotation (none, a seeded random
-one and ITQ up to rank ``ITQ_MAX_RANK``, none and Hadamard above; only the configured one unless ``rotation=
-"auto"``) and the bits per dimension (1 bit on the width's rank, or 2 bits on half of it where that half is a
-rank of the projection; only the configured one unless ``bits_per_dim="auto"``). Every candidate is fitted on all
-fit rows and judged by the recall of each sample query's exact float top-10 among a seeded sample of the fit rows
-(the share of them the candidate's top-10 finds, the float query scored through the candidate as ``search``
-scores it); the best one is kept, a tie going to the earlier (cheaper) one: 1 bit before 2, none before random
-before ITQ. Rotations are fitted once per (rank, kind) and shared by the 1-bit stage of that rank and the 2-bit
-stage of twice its width.
+Before a sign-bit quantiser (binary) the sample is measured, and no longer chooses: each prepared code width keeps
+the stage the config fits without a sample (the rotation ``StageChoice.stage_rotation_kind`` gives at its rank; 1
+bit per dimension up to the full rank, 2 past it), and the fit report gives its recall of each sample query's exact float
+top-10 among a seeded sample of the fit rows (the float query scored through the stage as ``search`` scores it).
 
-Why: fit rows standing in for queries preferred a rotation at every width, while real queries measured no rotation
-best at 8-16 B and a rotation best from 32 B (issue 46; docs/results.md, "Choices judged by real queries").
+Why the sample no longer chooses: that recall (computed exactly as the index scores; and so were the recall of the
+float top-100, the float top-1 in the top-10, rank correlation and graded NDCG against the float ranking, and the
+top-10 of half-whitened float scores) preferred ITQ at every rank and 2 bits on half the rank at 64 B, while real
+relevance preferred no rotation at 8-16 B, ``itq-tail`` above and 1 bit, by up to 0.037 NDCG@10 on the 768-d
+stand-in; no proxy measured picked within 0.005 of the best on both data sets (benchmarks/results/query_proxy_*.json,
+rotation_default_*_sample500_itq_tail.json; docs/results.md, "Choices judged by real queries").
 """
 
 from __future__ import annotations
@@ -54,14 +52,12 @@ class QueryJudge:
 
 
 def bits_candidates(composed: ComposedCompressor, width: int, ranks: set[int]) -> tuple[int, ...]:
-    """The bits per dimension judged at ``width``: 2 only where half the width is a rank of the projection."""
-    two = width % 2 == 0 and width // 2 in ranks
-    setting = composed.config.bits_per_dim
+    """The bits per dimension measured at ``width``: what the config fits without a sample (``auto``: 1 bit up to
+    the full rank, 2 past it; 2 where set to 2 and half the width is a rank of the projection)."""
     if width > max(ranks):  # past the full rank only 2 bits code the width
         return (2,)
-    if setting == "auto":
-        return (1, 2) if two else (1,)
-    return (2,) if setting == 2 and two else (1,)
+    two = width % 2 == 0 and width // 2 in ranks
+    return (2,) if composed.config.bits_per_dim == 2 and two else (1,)
 
 
 class _Candidates:
@@ -104,8 +100,9 @@ def recall_of(composed: ComposedCompressor, stage: Stage, rank: int, judge: Quer
 
 def choose_by_queries(composed: ComposedCompressor, x: torch.Tensor, widths: list[int],
                       queries: torch.Tensor) -> tuple[dict[int, Stage], dict[int, str], dict[int, dict[str, Any]]]:
-    """Each width's stage chosen by the sample ``queries`` (see the module docstring): the stages, each width's
-    rotation kind and the report (per width: the choice, every candidate's recall@10, how many queries and rows)."""
+    """Each width's stage (see the module docstring) measured by the sample ``queries``: the stages, each width's
+    rotation kind and the report (per width: the stage's rotation and bits, its recall@10, how many queries and
+    rows)."""
     judge = QueryJudge.of(x, queries, composed.config.seed)
     fits = _Candidates(composed, x)
     ranks = set(composed._projection.budgets().options())
@@ -115,12 +112,12 @@ def choose_by_queries(composed: ComposedCompressor, x: torch.Tensor, widths: lis
         recalls: dict[str, float] = {}
         for bits in bits_candidates(composed, width, ranks):
             rank = width // bits
-            for kind in composed.rotation_candidates(rank):
-                stage = fits.stage(rank, kind, bits)
-                recall = recall_of(composed, stage, rank, judge)
-                recalls[f"{kind}/{bits}bit"] = round(recall, 4)
-                if best is None or recall > best[0]:
-                    best = (recall, kind, bits, stage)
+            kind = composed.stage_rotation_kind(rank, bits)
+            stage = fits.stage(rank, kind, bits)
+            recall = recall_of(composed, stage, rank, judge)
+            recalls[f"{kind}/{bits}bit"] = round(recall, 4)
+            if best is None or recall > best[0]:
+                best = (recall, kind, bits, stage)
         assert best is not None
         _, kinds[width], bits, stages[width] = best
         report[width] = {"rotation": kinds[width], "bits": bits, "recall_at_10": recalls,

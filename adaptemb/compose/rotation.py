@@ -5,9 +5,10 @@ are rotated without the centring, ``rotate(y)``: then ``<query, z>`` is ``<y_q, 
 query, so the ranking keeps no document-dependent bias from the centre. A random rotation spreads the
 variance of the leading projected directions over every dimension before one sign bit per dimension is kept;
 ITQ (iterative quantisation, Gong & Lazebnik 2011) learns the rotation that brings the centred rows closest
-to their signs, starting from the random one: the default before sign bits above rank ``NO_ROTATION_MAX_RANK``
-(below it none: real queries measured no rotation best there, docs/results.md, "Choices judged by real queries"). Both are dense (r, r) matrices: at
-large ranks ITQ's 50 (r, r) factorisations take minutes and each matrix r^2 floats in the file, so there the
+to their signs, starting from the random one; ``itq-tail`` keeps the leading ``LEADING_UNROTATED`` directions
+unrotated and learns ITQ on the rest: the default before sign bits above rank ``NO_ROTATION_MAX_RANK`` (below it
+none: real queries measured no rotation best there, docs/results.md, "Choices judged by real queries"). All are
+dense (r, r) matrices: at large ranks ITQ's 50 (r, r) factorisations take minutes and each matrix r^2 floats in the file, so there the
 default is a randomized Hadamard transform (``HadamardRotation``: seeded sign flips and Walsh-Hadamard
 transforms, r signs per round stored), as good as the random matrix on real queries (docs/results.md).
 """
@@ -29,13 +30,19 @@ ITQ_MAX_RANK = 1024
 (up to 50) rounds on 20,000 rows took 1.4 s at rank 1024 and 20 s at 3072 (2-core AMD EPYC), and its gain over a
 random rotation at ranks 192-768 measured +0.003 ... +0.007 NDCG@10 (docs/results.md)."""
 NO_ROTATION_MAX_RANK = 128
-"""The largest rank ``rotation="auto"`` leaves unrotated before sign bits (ITQ above, up to ``ITQ_MAX_RANK``). With
+"""The largest rank ``rotation="auto"`` leaves unrotated before sign bits (itq-tail above, up to ``ITQ_MAX_RANK``). With
 every real query of both data sets (benchmarks/results/rotation_default_*.json, NDCG@10): no rotation measured best
 at 8-16 B on the built-in 384-d data and the 768-d stand-in (by 0.004-0.02), ITQ best or within noise from 24-32 B
 up, and so did held-out 768-d text (issue 46: none best at 8-16 B by ~0.03, a rotation from 32 B)."""
 DEFAULT_ITQ_ITERATIONS = 20
 """ITQ's rounds by default: 20 measured within noise of 50 at every width on both data sets, at under half the fit
 time (benchmarks/results/rotation_default_*.json)."""
+LEADING_UNROTATED = 16
+"""``"itq-tail"`` keeps this many leading projected directions unrotated (at most a quarter of the rank), one sign bit
+each, and learns ITQ on the others: with every query (benchmarks/results/rotation_default_*_itq_tail.json) it
+measured best at 8-96 B on the 768-d stand-in (ITQ -0.015 to -0.030 NDCG@10, outside noise; no rotation -0.01 to
+-0.02 from 32 B), and within noise of the best at every budget on the built-in 384-d data (best from 48 B). Up to
+rank ``NO_ROTATION_MAX_RANK`` auto keeps none: there itq-tail measured -0.003 to -0.006 on the 384-d data."""
 HADAMARD_ROUNDS = 3
 """Rounds of sign flips and Walsh-Hadamard transforms of a ``HadamardRotation``."""
 
@@ -191,17 +198,19 @@ def itq_rotation(centred: np.ndarray, start: np.ndarray, iterations: int) -> np.
 
 
 def fit_rotation(y: torch.Tensor, kind: str, seed: int, iterations: int) -> Rotation | None:
-    """The rotation of kind ``"random"``, ``"itq"``, ``"hadamard"`` or ``"none"`` (None) for projected fit rows
-    ``y`` (n, r)."""
+    """The rotation of kind ``"random"``, ``"itq"``, ``"itq-tail"`` (``LEADING_UNROTATED`` leading directions kept,
+    ITQ on the rest: a block-diagonal matrix), ``"hadamard"`` or ``"none"`` (None) for projected fit rows ``y`` (n, r)."""
     if kind == "none":
         return None
     rows = y.double().numpy()
     center = rows.mean(axis=0)
     if kind == "hadamard":
         return hadamard_rotation(rows.shape[1], seed, torch.from_numpy(center.astype(np.float32)))
-    matrix = random_rotation(rows.shape[1], seed)
-    if kind == "itq":
+    keep = min(LEADING_UNROTATED, rows.shape[1] // 4) if kind == "itq-tail" else 0
+    matrix = np.eye(rows.shape[1])
+    matrix[keep:, keep:] = random_rotation(rows.shape[1] - keep, seed)
+    if kind in ("itq", "itq-tail"):
         rng = np.random.default_rng(seed)
         sample = rows if len(rows) <= ITQ_SAMPLE_ROWS else rows[np.sort(rng.choice(len(rows), ITQ_SAMPLE_ROWS, replace=False))]
-        matrix = itq_rotation(sample - center, matrix, iterations)
+        matrix[keep:, keep:] = itq_rotation(sample[:, keep:] - center[keep:], matrix[keep:, keep:], iterations)
     return DenseRotation(torch.from_numpy(center.astype(np.float32)), torch.from_numpy(matrix.astype(np.float32)))

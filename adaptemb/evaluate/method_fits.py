@@ -164,8 +164,8 @@ def _note_supervision(compressor: Compressor, ctx: RunContext) -> dict[str, Any]
         ctx.notes.append(f"{compressor.name}: fitted with the dataset's corpus {' and '.join(learned)}"
                          + (" (seen by the fit, so leave-one-out 1-NN accuracy is optimistic)" if ctx.loo_rows is not None else ""))
     if "queries" in own:
-        ctx.notes.append(f"{compressor.name}: its fit-time choices judged by {len(own['queries']):,} real queries that "
-                         "are never evaluated (the dataset's dev_queries)")
+        ctx.notes.append(f"{compressor.name}: fitted with {len(own['queries']):,} real queries that are never evaluated "
+                         "(the dataset's dev_queries; its fit report says what they judged)")
     return own
 
 
