@@ -277,3 +277,30 @@ def test_export_codes_cli_asks_for_the_engines_index(coded: dict[str, Any], tmp_
         result = runner.invoke(app, [*base, "--location", str(location), *extra], env={"COLUMNS": "200"})
         assert result.exit_code != 0 and message in result.output, (extra, result.output)
         assert "Traceback" not in result.output and not location.exists(), (extra, sorted(tmp_path.iterdir()))
+
+
+def test_a_load_that_meets_lite_still_writing_its_index_file_is_tried_again() -> None:
+    """Milvus Lite once answered load_collection with EAGAIN on an index file its background build reported done:
+    that error is tried again until the deadline; any other error is raised at once, and EAGAIN past the deadline too."""
+    import time
+
+    from adaptemb.vectordb.milvus import TRANSIENT_LOAD_ERROR, _load_when_written
+
+    class Loads:
+        def __init__(self, errors: list[str]) -> None:
+            self.errors, self.calls = errors, 0
+
+        def load_collection(self, collection: str) -> None:
+            self.calls += 1
+            if self.errors:
+                raise RuntimeError(self.errors.pop(0))
+
+    busy = Loads([f"read error in x.idx: 0 != 1 ({TRANSIENT_LOAD_ERROR})"] * 2)
+    _load_when_written(busy, "adaptemb", time.monotonic() + 10)
+    assert busy.calls == 3
+    with pytest.raises(RuntimeError, match="schema"):
+        _load_when_written(Loads(["schema mismatch"]), "adaptemb", time.monotonic() + 10)
+    late = Loads([TRANSIENT_LOAD_ERROR])
+    with pytest.raises(RuntimeError, match=TRANSIENT_LOAD_ERROR):
+        _load_when_written(late, "adaptemb", time.monotonic() - 1)
+    assert late.calls == 1

@@ -195,7 +195,25 @@ def _settle_index(client: Any, collection: str) -> None:
             break
         time.sleep(0.5)
     client.release_collection(collection)
-    client.load_collection(collection)  # loaded on the server, for every client
+    _load_when_written(client, collection, deadline)  # loaded on the server, for every client
+
+
+TRANSIENT_LOAD_ERROR = "Resource temporarily unavailable"
+"""What Milvus Lite's load says when its background index build still holds the index file it reports done (EAGAIN
+from faiss' read_index; seen once on a busy 2-core machine, right after describe_index showed no pending rows)."""
+
+
+def _load_when_written(client: Any, collection: str, deadline: float) -> None:
+    """``load_collection``, tried again every half second until ``deadline`` while it fails with
+    ``TRANSIENT_LOAD_ERROR``; any other error, or that one past the deadline, is raised."""
+    while True:
+        try:
+            client.load_collection(collection)
+            return
+        except Exception as err:  # pymilvus raises MilvusException; only EAGAIN on the index file is retried
+            if TRANSIENT_LOAD_ERROR not in str(err) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _schema(client: Any, codes: Codes, vector_type: str) -> tuple[Any, str]:
