@@ -44,7 +44,7 @@ from adaptemb.compose.config import (
     queries_choose,
 )
 from adaptemb.compose.export import ComposedHead, projected_values, refusal
-from adaptemb.compose.query_choice import choose_by_queries
+from adaptemb.compose.query_choice import measure_by_queries
 from adaptemb.compose.rotation import HadamardRotation, fit_rotation
 from adaptemb.compose.stages import (
     Stage,
@@ -153,17 +153,16 @@ class ComposedCompressor(StageChoice, Compressor):
         queries = supervision.pop("queries", None)
         projection = self._given_projection or self._fit_projection(x, supervision)
         self._projection, self._stages, self._sizes, self._choices = projection, {}, {}, {}
-        if queries is not None:  # every width's rotation and bits judged by the sample (adaptemb.compose.query_choice)
-            self._stages, chosen, self._choices = choose_by_queries(self, x, self._plan_ranks(x), queries)
-        for rank in [] if queries is not None else self._plan_ranks(x):  # a width past the full rank: 2 bits
+        for rank in self._plan_ranks(x):  # a width past the full rank: 2 bits
             self._stages[rank] = self._fit_stage(x, rank, supervision) if rank <= self._full else self._fit_two_bit_stage(x, rank // 2)
-        for width in self._two_bit_widths(projection) if queries is None and self.config.bits_per_dim == 2 else []:
+        for width in self._two_bit_widths(projection) if self.config.bits_per_dim == 2 else []:
             self._stages[width] = self._fit_two_bit_stage(x, width // 2)
         if self.config.k is not None and self.config.k not in self._stages:
             raise InvalidConfigError(f"{self.name}: k={self.config.k} is not a rank of the projection "
                                      f"({projection.budgets().describe()})", parameter="k", value=self.config.k)
-        kinds = chosen if queries is not None else {
-            width: self.stage_rotation_kind(self._rank(width), width // self._rank(width)) for width in sorted(self._stages)}
+        if queries is not None:  # the stages measured by the sample (adaptemb.compose.query_choice)
+            self._choices = measure_by_queries(self, x, queries)
+        kinds = {width: self.stage_rotation_kind(self._rank(width), width // self._rank(width)) for width in sorted(self._stages)}
         self.fit_report = {"ranks": sorted(self._stages), "rotation": _one_or_mixed(kinds.values()), "rotations": kinds,
                            "bits_per_dim": {width: width // self._rank(width) for width in sorted(self._stages)},
                            "bytes_per_vector": {r: self._code_bytes(r) for r in sorted(self._stages)},

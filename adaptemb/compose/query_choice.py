@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from adaptemb.compose.levels import exact_neighbours, fit_levels, lift, neighbour_recall
-from adaptemb.compose.rotation import Rotation, fit_rotation
+from adaptemb.compose.levels import exact_neighbours, neighbour_recall
 from adaptemb.compose.stages import Stage, transformed_documents
 
 ComposedCompressor = Any
@@ -51,45 +50,6 @@ class QueryJudge:
         return QueryJudge(queries, documents, exact_neighbours(queries, documents))
 
 
-def bits_candidates(composed: ComposedCompressor, width: int, ranks: set[int]) -> tuple[int, ...]:
-    """The bits per dimension measured at ``width``: what the config fits without a sample (``auto``: 1 bit up to
-    the full rank, 2 past it; 2 where set to 2 and half the width is a rank of the projection)."""
-    if width > max(ranks):  # past the full rank only 2 bits code the width
-        return (2,)
-    two = width % 2 == 0 and width // 2 in ranks
-    return (2,) if composed.config.bits_per_dim == 2 and two else (1,)
-
-
-class _Candidates:
-    """Fits candidate stages of one composition, each rank's projected rows and each (rank, kind) rotation once."""
-
-    def __init__(self, composed: ComposedCompressor, x: torch.Tensor) -> None:
-        self.composed, self.x = composed, x
-        self._projected: dict[int, torch.Tensor] = {}
-        self._rotations: dict[tuple[int, str], Rotation | None] = {}
-
-    def projected(self, rank: int) -> torch.Tensor:
-        if rank not in self._projected:
-            self._projected[rank] = self.composed._projected(self.x, rank)
-        return self._projected[rank]
-
-    def rotation(self, rank: int, kind: str) -> Rotation | None:
-        if (rank, kind) not in self._rotations:
-            config = self.composed.config
-            self._rotations[rank, kind] = fit_rotation(self.projected(rank), kind, config.seed, config.itq_iterations)
-        return self._rotations[rank, kind]
-
-    def stage(self, rank: int, kind: str, bits: int) -> Stage:
-        """The stage of 1 bit on ``rank`` or 2 bits on it (code width 2 ``rank``), after rotation ``kind``."""
-        rotation = self.rotation(rank, kind)
-        z = transformed_documents(rotation, self.projected(rank))
-        new_quantizer = self.composed.Quantizer(config=self.composed.config.quantizer)  # type: ignore[attr-defined]
-        if bits == 1:
-            return rotation, new_quantizer.fit(z)
-        levels = fit_levels(z, rotation)
-        return levels, new_quantizer.fit(lift(z, levels.threshold))
-
-
 def recall_of(composed: ComposedCompressor, stage: Stage, rank: int, judge: QueryJudge) -> float:
     """The recall@10 of the judge's exact float top-10 that ``stage`` (at projection ``rank``) finds."""
     transform, quantizer = stage
@@ -98,28 +58,18 @@ def recall_of(composed: ComposedCompressor, stage: Stage, rank: int, judge: Quer
     return neighbour_recall(composed._scores(quantizer, query_codes, doc_codes), judge.exact)
 
 
-def choose_by_queries(composed: ComposedCompressor, x: torch.Tensor, widths: list[int],
-                      queries: torch.Tensor) -> tuple[dict[int, Stage], dict[int, str], dict[int, dict[str, Any]]]:
-    """Each width's stage (see the module docstring) measured by the sample ``queries``: the stages, each width's
-    rotation kind and the report (per width: the stage's rotation and bits, its recall@10, how many queries and
-    rows)."""
+def measure_by_queries(composed: ComposedCompressor, x: torch.Tensor,
+                       queries: torch.Tensor) -> dict[int, dict[str, Any]]:
+    """The report of the fitted stages (``composed._stages``) measured by the sample ``queries`` (see the module
+    docstring): per width, its stage's rotation and bits, its recall@10 (keyed ``"<rotation>/<bits>bit"``) and how
+    many queries and fit rows measured it."""
     judge = QueryJudge.of(x, queries, composed.config.seed)
-    fits = _Candidates(composed, x)
-    ranks = set(composed._projection.budgets().options())
-    stages, kinds, report = {}, {}, {}
-    for width in widths:
-        best: tuple[float, str, int, Stage] | None = None
-        recalls: dict[str, float] = {}
-        for bits in bits_candidates(composed, width, ranks):
-            rank = width // bits
-            kind = composed.stage_rotation_kind(rank, bits)
-            stage = fits.stage(rank, kind, bits)
-            recall = recall_of(composed, stage, rank, judge)
-            recalls[f"{kind}/{bits}bit"] = round(recall, 4)
-            if best is None or recall > best[0]:
-                best = (recall, kind, bits, stage)
-        assert best is not None
-        _, kinds[width], bits, stages[width] = best
-        report[width] = {"rotation": kinds[width], "bits": bits, "recall_at_10": recalls,
+    report = {}
+    for width, stage in sorted(composed._stages.items()):
+        rank = composed._rank(width)
+        bits = width // rank
+        kind = composed.stage_rotation_kind(rank, bits)
+        report[width] = {"rotation": kind, "bits": bits,
+                         "recall_at_10": {f"{kind}/{bits}bit": round(recall_of(composed, stage, rank, judge), 4)},
                          "queries": len(judge.queries), "documents": len(judge.documents)}
-    return stages, kinds, report
+    return report
