@@ -29,7 +29,7 @@ does), so that quantising, scoring and the file use the same entries. Codes whos
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import cached_property
 from typing import Literal
 
@@ -278,10 +278,15 @@ class PackedSparseCodes(Codes):
     def slots(self) -> tuple[np.ndarray, np.ndarray]:
         """(indices, levels), each int64 (n, k); an empty slot has index ``dim``. Elias-Fano rows come back sorted
         by index; a damaged one (its bitmap not holding k entries) is a ``ValueError``."""
-        parts = [self._unpack(self.packed[s : s + UNPACK_ROWS]) for s in range(0, len(self), UNPACK_ROWS)]
+        parts = list(self._slot_blocks())
         if not parts:
             return np.zeros((0, self.k), np.int64), np.zeros((0, self.k), np.int64)
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def _slot_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``slots`` ``UNPACK_ROWS`` rows at a time (bounds the unpacked bit matrix)."""
+        for start in range(0, len(self), UNPACK_ROWS):
+            yield self._unpack(self.packed[start : start + UNPACK_ROWS])
 
     def _unpack(self, packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.low_bits is None:
@@ -393,8 +398,7 @@ class PackedSparseCodes(Codes):
         else:
             codebook = _stored_codebook_of(arrays, dim, value_bits)
         codes = cls(arrays["packed"], dim, k, value_bits, codebook, low_bits)
-        largest = max((int(codes._unpack(codes.packed[s : s + UNPACK_ROWS])[0].max())
-                       for s in range(0, len(codes), UNPACK_ROWS)), default=0)
+        largest = max((int(indices.max()) for indices, _ in codes._slot_blocks() if indices.size), default=0)
         if largest > dim:
             raise ValueError(f"packed_sparse index {largest} is out of range for dim={dim}")
         return codes
