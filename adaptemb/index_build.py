@@ -144,7 +144,8 @@ class _ShardBuild:
         which = np.searchsorted(starts, flat, side="right") - 1
         for number in np.unique(which[flat >= 0]):
             mine = (which == number) & (flat >= 0)
-            cells[mine] = np.load(self.work / "assign" / f"{number:05d}.npy")[flat[mine] - starts[number]]
+            assigned = np.load(self.work / "assign" / f"{number:05d}.npy", mmap_mode="r")  # the rows asked for only
+            cells[mine] = assigned[flat[mine] - starts[number]]
         return cells.reshape(ids.shape)
 
     # -- steps 1 and 2: the cells --------------------------------------------------------------
