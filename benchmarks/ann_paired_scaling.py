@@ -25,8 +25,19 @@ from typing import Any
 
 import faiss
 import numpy as np
-from ann_recall_qps import BUDGETS, NPROBES, RESULTS, TARGET, encoded, fitted, load_data, recall
-from arguments import integers
+from ann_recall_qps import (
+    BUDGETS,
+    NPROBES,
+    RESULTS,
+    TARGET,
+    corpus_parser,
+    corpus_parts,
+    encoded,
+    fitted,
+    load_data,
+    recall,
+    timed,
+)
 from records import write_record
 
 import adaptemb
@@ -69,19 +80,10 @@ def operating_nprobe(ann: Any, queries: np.ndarray, exact_ids: np.ndarray) -> tu
     return nprobe, found
 
 
-def timed(search: Any, queries: np.ndarray, **options: Any) -> float:
-    """Seconds of one ``search(queries, 10, **options)``."""
-    start = time.perf_counter()
-    search(queries, 10, **options)
-    return time.perf_counter() - start
-
-
 def measure_method(method: str, args: argparse.Namespace, vectors: np.ndarray, split: dict[str, Any]) -> dict[str, Any]:
-    corpus = vectors[split["corpus"][0] : split["corpus"][1]]
-    queries = np.ascontiguousarray(vectors[split["queries"][0] : split["queries"][0] + args.queries], np.float32)
+    corpus, queries, fit_rows = corpus_parts(vectors, split, args.queries)
     check = queries[: args.check_queries]
     timed_exact = queries[: args.exact_queries]
-    fit_rows = np.ascontiguousarray(vectors[split["fit_sample"][0] : split["fit_sample"][1]], np.float32)
     compressor = fitted(method, fit_rows, args.cache, args.split_key)
     sizes = {}
     for rows in sorted({min(r, len(corpus)) for r in args.rows}):
@@ -127,18 +129,11 @@ def summary(method: str, sizes: dict[int, dict[str, Any]], n_queries: int, n_che
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--vectors", type=Path, required=True, help="float32 .npy of embeddings")
-    parser.add_argument("--split", type=Path, required=True, help="JSON: corpus / queries / fit_sample row ranges")
-    parser.add_argument("--split-key", default="static-256")
-    parser.add_argument("--methods", default="csr,svd+binary")
-    parser.add_argument("--rows", type=integers, default="250000,1000000", help="corpus sizes (capped at the corpus)")
+    parser = corpus_parser(__doc__.split("\n")[0], cache_help="fitted compressors, codes, indexes")
     parser.add_argument("--queries", type=int, default=2000, help="queries of each timed ANN search")
     parser.add_argument("--check-queries", type=int, default=1000, help="queries of the recall check")
     parser.add_argument("--exact-queries", type=int, default=500, help="queries of each timed exact search")
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--cache", type=Path, default=Path("ann-bench-cache"), help="fitted compressors, codes, indexes")
     parser.add_argument("--note", default="", help="recorded as is (e.g. what else ran on the machine)")
     args = parser.parse_args()
     adaptemb.set_threads(args.threads)

@@ -54,6 +54,35 @@ def recall(found: np.ndarray, truth: np.ndarray) -> float:
     return float(np.mean([len(set(a.tolist()) & set(b.tolist())) / len(b) for a, b in zip(found, truth)]))
 
 
+def corpus_parser(description: str, *, cache_help: str) -> argparse.ArgumentParser:
+    """The parser of a run over the Debian corpus' rows: ``--vectors``, ``--split`` (``--split-key``), ``--methods``,
+    ``--rows``, ``--threads`` and ``--cache``; each script adds its own."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--vectors", type=Path, required=True, help="float32 .npy of embeddings")
+    parser.add_argument("--split", type=Path, required=True, help="JSON: corpus / queries / fit_sample row ranges")
+    parser.add_argument("--split-key", default="static-256")
+    parser.add_argument("--methods", default="csr,svd+binary")
+    parser.add_argument("--rows", type=integers, default="250000,1000000", help="corpus sizes (capped at the corpus)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--cache", type=Path, default=Path("ann-bench-cache"), help=cache_help)
+    return parser
+
+
+def corpus_parts(vectors: np.ndarray, split: dict[str, Any], queries: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the corpus rows, memory-mapped; the first ``queries`` query rows; the fit sample), per the ``split``."""
+    corpus = vectors[split["corpus"][0] : split["corpus"][1]]
+    held = np.ascontiguousarray(vectors[split["queries"][0] : split["queries"][0] + queries], np.float32)
+    fit_rows = np.ascontiguousarray(vectors[split["fit_sample"][0] : split["fit_sample"][1]], np.float32)
+    return corpus, held, fit_rows
+
+
+def timed(search: Any, queries: Any, **options: Any) -> float:
+    """Seconds of one ``search(queries, 10, **options)``."""
+    start = time.perf_counter()
+    search(queries, 10, **options)
+    return time.perf_counter() - start
+
+
 def load_data(args: argparse.Namespace) -> tuple[np.ndarray, dict[str, Any]]:
     vectors = np.load(args.vectors, mmap_mode="r")
     split = json.loads(args.split.read_text())
@@ -196,11 +225,8 @@ def paired_speedup(exact: Any, ann: Any, queries: np.ndarray, nprobe: int, round
     (the shared machine's load falls on both alike); QPS are medians."""
     exact_times, ann_times = [], []
     for _ in range(rounds):
-        for search, times in ((lambda q: exact.search(q, 10), exact_times),
-                              (lambda q: ann.search(q, 10, nprobe=nprobe), ann_times)):
-            start = time.perf_counter()
-            search(queries)
-            times.append(time.perf_counter() - start)
+        exact_times.append(timed(exact.search, queries))
+        ann_times.append(timed(ann.search, queries, nprobe=nprobe))
     exact_qps, ann_qps = len(queries) / np.median(exact_times), len(queries) / np.median(ann_times)
     return {"exact_qps": round(float(exact_qps), 1), "ann_qps": round(float(ann_qps), 1),
             "speedup": round(float(ann_qps / exact_qps), 2), "rounds": rounds}
@@ -235,16 +261,9 @@ def measure(method: str, compressor: adaptemb.Compressor, codes: adaptemb.Codes,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--vectors", type=Path, required=True, help="float32 .npy of embeddings")
-    parser.add_argument("--split", type=Path, required=True, help="JSON: corpus / queries / fit_sample row ranges")
-    parser.add_argument("--split-key", default="static-256")
-    parser.add_argument("--methods", default="csr,svd+binary")
-    parser.add_argument("--rows", type=integers, default="250000,1000000", help="corpus sizes (capped at the corpus)")
+    parser = corpus_parser(__doc__.split("\n")[0], cache_help="fitted compressors and codes")
     parser.add_argument("--queries", type=int, default=2000)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--cache", type=Path, default=Path("ann-bench-cache"), help="fitted compressors and codes")
     parser.add_argument("--open-rows", type=int, default=0, help="also time opening an index of this many rows (the "
                         "last size's codes repeated); 0: skip")
     args = parser.parse_args()
@@ -252,9 +271,7 @@ def main() -> None:
     faiss.omp_set_num_threads(args.threads)
     args.cache.mkdir(parents=True, exist_ok=True)
     vectors, split = load_data(args)
-    corpus = vectors[split["corpus"][0] : split["corpus"][1]]
-    queries = np.ascontiguousarray(vectors[split["queries"][0] : split["queries"][0] + args.queries], np.float32)
-    fit_rows = np.ascontiguousarray(vectors[split["fit_sample"][0] : split["fit_sample"][1]], np.float32)
+    corpus, queries, fit_rows = corpus_parts(vectors, split, args.queries)
     for rows in args.rows:
         rows = min(rows, len(corpus))
         truth = float_truth(corpus, rows, queries)
