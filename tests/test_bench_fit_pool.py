@@ -14,7 +14,14 @@ import torch
 
 import adaptemb
 from adaptemb.datasets import Dataset
-from adaptemb.evaluate.fit_pool import MAX_FIT_WORKERS, fork_available, plan_workers
+from adaptemb.evaluate.fit_pool import (
+    MAX_FIT_WORKERS,
+    FitJob,
+    FitOutcome,
+    fork_available,
+    plan_workers,
+    run_fit_jobs,
+)
 from adaptemb.evaluate.runner import BenchConfig, run_bench
 from adaptemb.evaluate.steps import StepLog
 from adaptemb.registry import CompressorRegistry
@@ -112,6 +119,22 @@ def test_a_fit_that_fails_in_a_worker_is_fitted_again_in_process(pid_toy: None) 
     assert "pidtoy: fit on 1,500 × 32" in labels  # this process's fit step, no worker's
     assert any(label.startswith("svd: fit on") and label.endswith("(worker process)") for label in labels)
     assert _rows(result) == _rows(run_bench(_data(), _config(["pidtoy", "svd"], 1)))
+
+
+def test_a_finished_fits_follow_ups_run_before_the_jobs_not_yet_started() -> None:
+    """One worker: int8's refit follows int8 before binary starts (a chain under way is never left for the end), and
+    a worker has one job at a time."""
+    corpus = _data().corpus
+    finished: list[tuple[str, Any]] = []
+
+    def follow_up(done: FitOutcome) -> list[FitJob]:
+        return [FitJob(("sq", 4), "sq", {"k": 4}), FitJob(("sq", 8), "sq", {"k": 8})] if done.job.name == "int8" else []
+
+    outcomes = run_fit_jobs([FitJob(("int8", None), "int8", {}), FitJob(("binary", None), "binary", {})], follow_up,
+                            lambda done: finished.append(done.job.key), corpus=corpus, supervision={}, workers=1,
+                            threads=1)
+    assert finished == [("int8", None), ("sq", 4), ("sq", 8), ("binary", None)]
+    assert all(outcome.compressor is not None and outcome.seconds > 0 for outcome in outcomes.values())
 
 
 @pytest.mark.parametrize(("requested", "free", "jobs", "device", "expected"), [

@@ -20,6 +20,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -90,19 +91,27 @@ def run_fit_jobs(first: list[FitJob], follow_up: Callable[[FitOutcome], list[Fit
                  on_done: Callable[[FitOutcome], None], *, corpus: np.ndarray, supervision: dict[str, Any],
                  workers: int, threads: int) -> dict[Hashable, FitOutcome]:
     """Run ``first`` and every job ``follow_up`` returns for a finished fit on ``workers`` forked processes of
-    ``threads`` threads each; ``on_done`` hears each finished fit as it arrives. Returns the outcomes by key."""
+    ``threads`` threads each; ``on_done`` hears each finished fit as it arrives. Returns the outcomes by key.
+
+    A worker that comes free takes the next job of one queue: ``first`` in its order, with each finished fit's
+    follow-ups ahead of the jobs not yet started (a method's refits per budget and the compositions that share its
+    projection continue a chain already under way, so that no chain is left to run alone at the end)."""
     _INHERITED.corpus, _INHERITED.supervision, _INHERITED.threads = corpus, supervision, threads
     outcomes: dict[Hashable, FitOutcome] = {}
+    queue = deque(first)
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            pending: dict[Future[_Fitted], FitJob] = {pool.submit(_fit_job, job): job for job in first}
-            while pending:
+            pending: dict[Future[_Fitted], FitJob] = {}
+            while queue or pending:
+                while queue and len(pending) < workers:
+                    job = queue.popleft()
+                    pending[pool.submit(_fit_job, job)] = job
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     outcome = _outcome(future, pending.pop(future))
                     outcomes[outcome.job.key] = outcome
                     on_done(outcome)
-                    pending.update({pool.submit(_fit_job, job): job for job in follow_up(outcome)})
+                    queue.extendleft(reversed(follow_up(outcome)))
     finally:
         _INHERITED.corpus, _INHERITED.supervision = None, {}
     return outcomes
