@@ -75,3 +75,12 @@ def test_the_new_code_kind_of_the_plugin_guide_works() -> None:
     (block,) = [code for code in _code_blocks(guide, "python") if 'kind = "nibble"' in code]
     done = subprocess.run([sys.executable, "-c", block + NEW_KIND_CHECKS], check=False, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "nibble ok", done.stderr
+
+
+@pytest.mark.parametrize(("path", "limit"), [("README.md", 120), ("docs/results.md", 400)])
+def test_the_readme_and_the_results_stay_short(path: str, limit: int) -> None:
+    """Issue 43's standing bar: a README of at most 120 lines and current results of at most 400 (dated re-runs
+    belong in benchmarks/results/HISTORY.md)."""
+    lines = (ROOT / path).read_text().splitlines()
+    assert len(lines) <= limit, f"{path} has {len(lines)} lines; keep it at most {limit} (move history to HISTORY.md)"
+    assert not re.search(r"^\*\*Update \(\d{4}-\d{2}-\d{2}\)", "\n".join(lines), flags=re.MULTILINE)
