@@ -29,6 +29,7 @@ from adaptemb.errors import (
 from adaptemb.fitting import fit_compressor
 from adaptemb.inputs import InputOptions, InputSpec, IntegerEmbeddings, ReadRows, takes_input_options
 from adaptemb.rows import RowStream
+from adaptemb.threads import compute_threads, small_batch_threads
 from adaptemb.validation import as_matrix
 
 if TYPE_CHECKING:
@@ -174,7 +175,7 @@ class CompressorCore(Capabilities, ABC):
         self._require_fitted()
         budget = None if k is None and self.natural_budget else self.budgets().resolve(k, self.name)
         matrix = read.floats(self.dim)
-        with torch.inference_mode():
+        with torch.inference_mode(), compute_threads(small_batch_threads(matrix.numel())):  # see small_batch_threads
             return self._encode_queries(matrix, budget)
 
     def score(self, query_codes: Codes, doc_codes: Codes) -> np.ndarray:

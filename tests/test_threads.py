@@ -70,3 +70,18 @@ def test_fits_run_with_the_chosen_count_and_restore_the_pool() -> None:
     compressor = adaptemb.fit(x, "csr", hidden=32, k=4, epochs=1, progress=False)
     assert compressor.fit_report["threads"] == 1
     assert torch.get_num_threads() == before
+
+
+def test_small_batches_run_in_one_torch_thread_and_the_pool_is_restored() -> None:
+    """A batch of up to SMALL_BATCH_ELEMENTS floats gets one thread, a larger one the current count; an asymmetric
+    compressor's encode_queries runs in that count and leaves torch's pool as it found it."""
+    with threads.compute_threads(2):
+        assert threads.small_batch_threads(threads.SMALL_BATCH_ELEMENTS) == 1
+        assert threads.small_batch_threads(threads.SMALL_BATCH_ELEMENTS + 1) == 2
+        rows = np.random.default_rng(0).standard_normal((300, 16)).astype(np.float32)
+        compressor = adaptemb.fit(rows, "svd+binary")
+        seen = []
+        encode = compressor._encode_queries
+        compressor._encode_queries = lambda x, k: seen.append(torch.get_num_threads()) or encode(x, k)
+        compressor.encode_queries(rows[:8])
+        assert seen == [1] and torch.get_num_threads() == 2

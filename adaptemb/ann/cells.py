@@ -20,6 +20,7 @@ import scipy.sparse as sp
 import torch
 
 from adaptemb.codes import Codes
+from adaptemb.threads import compute_threads
 
 BLOCK_ROWS = 8192
 """Documents mapped (and assigned) at a time: bounds the (rows, r) float32 temporaries (8 MiB at r = 256). A
@@ -114,16 +115,23 @@ class Router:
 
     def route(self, queries: np.ndarray, nprobe: int) -> np.ndarray:
         """The cells of each query's ``nprobe`` nearest centroids (``queries``: code-space rows), int32 (nq, nprobe):
-        in no particular order, or, when every cell is asked for, nearest first. One matrix product a block of
-        queries and a partial sort (faster here than faiss' flat search with its heaps, which sort every probe)."""
+        in no particular order, or, when every cell is asked for, nearest first. A block of queries is mapped (not
+        scaled: a query's length does not change the order of its cells) and scored with matrix products and its
+        best cells taken by a partial sort (torch's top-k, faster than numpy's argpartition and than faiss' flat
+        search with its heaps), in one torch thread: a block's work is bounded (``ROUTE_BLOCK`` queries), and two
+        threads on a shared machine wait for a busy core at every op (see ``adaptemb.threads.small_batch_threads``)."""
         nprobe = min(int(nprobe), self.cells)
         out = np.empty((len(queries), nprobe), np.int32)
+        basis = None if self.basis is None else torch.from_numpy(self.basis)
+        centroids = torch.from_numpy(self.centroids).T
         for start in range(0, len(queries), ROUTE_BLOCK):
-            scores = self.map(queries[start : start + ROUTE_BLOCK]) @ self.centroids.T
-            if nprobe == self.cells:
-                out[start : start + len(scores)] = np.argsort(-scores, axis=1, kind="stable")
-            else:
-                out[start : start + len(scores)] = np.argpartition(-scores, nprobe - 1, axis=1)[:, :nprobe]
+            block = torch.from_numpy(np.ascontiguousarray(queries[start : start + ROUTE_BLOCK], dtype=np.float32))
+            with torch.inference_mode(), compute_threads(1):
+                scores = (block if basis is None else block @ basis) @ centroids
+                if nprobe == self.cells:
+                    out[start : start + len(block)] = np.argsort(-scores.numpy(), axis=1, kind="stable")
+                else:
+                    out[start : start + len(block)] = torch.topk(scores, nprobe, dim=1, sorted=False).indices.numpy()
         return out
 
     def assign(self, codes: Codes, vectors: Vectors = dense_rows) -> np.ndarray:

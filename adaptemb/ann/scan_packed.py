@@ -49,6 +49,8 @@ def scan_packed(packed, offsets, cells, qptr, qlist, shares, weights, offset, ta
         lanes = np.empty(GROUP, np.float32)
         rows_of = np.zeros(GROUP, np.int64)
         pad_row = weights.shape[0] - 1
+        flat_weights = weights.ravel()
+        stride = np.uint64(weights.shape[1])
         for task in range(shares[part], shares[part + 1]):
             cell = cells[task]
             start = offsets[cell]
@@ -81,10 +83,10 @@ def scan_packed(packed, offsets, cells, qptr, qlist, shares, weights, offset, ta
                         rows_of[t] = pad_row
                         thr[t] = np.inf
                         off[t] = 0.0
-                for u in range(used):  # lanes past the members keep stale weights: their threshold is +inf
+                for u in range(used):  # lanes past the members read the zero row: their threshold is +inf
                     f = np.uint64(features[u])
-                    for t in range(members):
-                        gathered[np.uint64(u * GROUP + t)] = weights[np.uint64(rows_of[t]), f]
+                    for t in range(GROUP):  # a fixed width, one flat index: LLVM gathers the lanes with vector loads
+                        gathered[np.uint64(u * GROUP + t)] = flat_weights[np.uint64(rows_of[t]) * stride + f]
                 for r in range(0, rows, 2):
                     r2 = min(r + 1, rows - 1)
 {init}
