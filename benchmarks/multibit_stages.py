@@ -8,7 +8,7 @@ Usage::
                                          [--out benchmarks/results/multibit_stages_DATA.json]
 
 One ``svd`` fit; per stage ``RANKxBITS`` (bits 1: the rotated rows' signs) and rotation (none, random with seeds
-0-2, ITQ-20, itq-tail, Hadamard) the rotation (``adaptemb.compose.fit_rotation``) and the levels (``fit_levels``: 2 bits; ``fit_planes``: 3 bits) fitted on
+0-2, ITQ-20, itq-tail, Hadamard) the rotation (``adaptemb.fit_rotation``) and the levels (``fit_levels``: 2 bits; ``fit_planes``: 3 bits) fitted on
 the documents, each document coded by the signs of its planes (what the sign-bit quantiser keeps, sign(0) counted
 as 0), and NDCG@10 over every query scored by the lifted float query: uncentred (``q @ components.T``, what a stage
 past the full rank scores) and centred like the documents (``(q - mean) @ components.T``, what svd's encode gives).
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 import adaptemb
-from adaptemb.compose import fit_levels, fit_planes, fit_rotation
+from adaptemb import fit_levels, fit_planes, fit_rotation
 
 sys.path.insert(0, str(Path(__file__).parent))
 from arguments import data_set_parser
