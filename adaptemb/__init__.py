@@ -18,6 +18,8 @@ from adaptemb.codes import (
     decoded_inner_products,
     index_dtype,
 )
+from adaptemb.compose.levels import fit_levels
+from adaptemb.compose.planes import fit_planes
 from adaptemb.compose.rotation import (
     ITQ_MAX_RANK,
     ITQ_SAMPLE_ROWS,
@@ -146,6 +148,8 @@ __all__ = [
     "export_codes",
     "export_encoder",
     "fit",
+    "fit_levels",
+    "fit_planes",
     "fit_rotation",
     "get_compressor",
     "get_index_registry",

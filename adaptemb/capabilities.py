@@ -30,6 +30,9 @@ class Capabilities:
     natural_budget: ClassVar[bool] = False
     """True when ``encode(x)`` with ``k=None`` encodes in the method's natural mode, ``_encode_natural(x)``:
     each row keeps its own number of active dims (at most ``budgets().default``); ``k=j`` still encodes at j."""
+    affine_values: ClassVar[bool] = False
+    """True for a projection whose float values are an affine map of the row, ``A x + b`` (svd: ``b`` centres the
+    rows): a composition then scores the float query of its multi-bit stages as ``A q`` (``adaptemb.compose.choice``)."""
     decodes: ClassVar[bool] = False
     """True when ``decode`` reconstructs embeddings from codes (the method implements ``_decode``)."""
     role: ClassVar[Literal["projection", "quantizer"] | None] = None

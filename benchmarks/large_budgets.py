@@ -9,8 +9,9 @@ Every row is NDCG@10 over every query of the data set, searched through the code
 queries (``benchmarks/compose_frontier.py``'s rows):
 
 * ours (our own quantisers): ``svd+binary`` as shipped (``rotation="auto"``, ``bits_per_dim="auto"``: 2 bits past
-  the full rank), and with ``bits_per_dim=2`` (2 bits on half the width wherever that half is a rank) under
-  ITQ-20 and the seeded random rotation; each fitted once with ``byte_budgets=--bytes``, ``encode(x, bytes=B)``;
+  the full rank, 3 past twice it), with ``bits_per_dim=2`` (2 bits on half the width wherever that half is a rank)
+  under ITQ-20 and the seeded random rotation, and with ITQ at every width; each fitted once with
+  ``byte_budgets=--bytes``, ``encode(x, bytes=B)``;
 * faiss directly (``index_factory``, train, add, search): ``PQ{B}`` (8-bit sub-quantisers), the
   ``PCAR..,SQtqmse1/2`` and ``PCA..,RaBitQ`` codes of ``compose_frontier.faiss_specs``. OPQ is left out (minutes of
   fit per budget on 2 cores): its rows are read from the bench record ``--opq-record`` (``adaptemb bench --bytes
@@ -42,7 +43,8 @@ from rotation_default import paired_interval
 OURS = [("svd+binary (shipped)", {}),
         ("svd+binary itq-tail 1-bit", {"rotation": "itq-tail", "bits_per_dim": 1}),
         ("svd+binary 2-bit itq", {"bits_per_dim": 2, "rotation": "itq"}),
-        ("svd+binary 2-bit random", {"bits_per_dim": 2, "rotation": "random"})]
+        ("svd+binary 2-bit random", {"bits_per_dim": 2, "rotation": "random"}),
+        ("svd+binary itq", {"rotation": "itq"})]
 
 
 def our_rows(data: Any, budgets: list[int]) -> list[dict[str, Any]]:

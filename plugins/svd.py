@@ -34,6 +34,10 @@ class SVDCompressor(StoredValuesProjection, Compressor):
     decodes = True
     config: SVDConfig
 
+    @property
+    def affine_values(self) -> bool:  # type: ignore[override]  # int8 values are rounded: not affine
+        return self.config.values != "int8"
+
     def _fit(self, x: torch.Tensor, **supervision: object) -> None:
         d = x.shape[1]
         kept = self.config.k or d

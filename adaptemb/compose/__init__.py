@@ -12,6 +12,7 @@ from adaptemb.compose.choice import default_byte_ladder
 from adaptemb.compose.compressor import ComposedCompressor, composed_class
 from adaptemb.compose.config import ComposedConfig
 from adaptemb.compose.levels import SignMagnitude, fit_levels
+from adaptemb.compose.planes import SignAdditiveMagnitude, fit_planes
 from adaptemb.compose.rotation import (
     DenseRotation,
     HadamardRotation,
@@ -28,10 +29,12 @@ __all__ = [
     "DenseRotation",
     "HadamardRotation",
     "Rotation",
+    "SignAdditiveMagnitude",
     "SignMagnitude",
     "composed_class",
     "default_byte_ladder",
     "fit_levels",
+    "fit_planes",
     "fit_rotation",
     "hadamard_rotation",
     "itq_rotation",

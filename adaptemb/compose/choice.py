@@ -6,8 +6,12 @@
   ``default_byte_ladder``), code sizes measured by fitting the quantiser on a sample of projected rows, and before
   a sign-bit quantiser the 2-bit widths that fill budgets past the full rank's 1-bit code;
 * ``rotation="pairs"``: the rotation whose labelled pairs rank best (MRR) among the fit rows' codes;
-* ``bits_per_dim``: without a query sample ``auto`` keeps 1 bit up to the full rank and 2 bits past it, and
-  ``bits_per_dim=2`` 2 bits on half the rank at every width where that half is a rank (``adaptemb.compose.levels``).
+* ``bits_per_dim``: without a query sample ``auto`` keeps 1 bit up to the full rank, 2 bits past it and 3 bits past
+  twice it (``adaptemb.compose.planes``), and ``bits_per_dim=2`` 2 bits on half the rank at every width where that
+  half is a rank (``adaptemb.compose.levels``);
+* the float query of a stage past the full rank after an affine projection (``affine_values``: svd) is scored
+  uncentred, ``<q, x>`` up to a document-independent shift (``_query_shift``), where the projection centres it like
+  the documents; the other stages keep the centred query.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import torch
 
 from adaptemb.budgets import largest_budget_within
 from adaptemb.compose.levels import SignMagnitude, fit_levels, lift, widths_beyond_full_rank
+from adaptemb.compose.planes import SignAdditiveMagnitude, fit_planes
 from adaptemb.compose.rotation import ITQ_MAX_RANK, NO_ROTATION_MAX_RANK, fit_rotation
 from adaptemb.compose.stages import Stage, transformed_documents
 from adaptemb.method import Compressor
@@ -80,9 +85,12 @@ class StageChoice:
     def stage_rotation_kind(self, rank: int, bits: int) -> str:
         """The rotation a stage of ``bits`` per dimension fits at ``rank``: ``rotation_kind``, except that ``auto``
         rotates 2-bit stages by ITQ where 1-bit ones take itq-tail (2 bits after itq-tail measured -0.007 NDCG@10 on
-        384-d rows at 64 B and -0.010 on 768-d ones at 128 B against 2 bits after ITQ; large_budgets_*.json)."""
+        384-d rows at 64 B and -0.010 on 768-d ones at 128 B against 2 bits after ITQ; large_budgets_*.json), and
+        3-bit stages too (3 bits on rank 341, NDCG@10 on the 384-d / 768-d data: ITQ 0.2149 / 0.2136, itq-tail
+        0.2137 / 0.2118, none 0.2114 / 0.2108, three random draws 0.2094-0.2146 / 0.2075-0.2143, Hadamard 0.2167 /
+        0.2114; docs/results.md)."""
         kind = self.rotation_kind(rank)
-        return "itq" if bits == 2 and kind == "itq-tail" and self.config.rotation == "auto" else kind
+        return "itq" if bits >= 2 and kind == "itq-tail" and self.config.rotation == "auto" else kind
 
     def _plan_ranks(self, x: torch.Tensor) -> list[int]:
         """The ranks to prepare: the largest rank whose codes fit each byte budget (sizes measured by fitting the
@@ -105,7 +113,8 @@ class StageChoice:
         budgets = self.config.byte_budgets or default_byte_ladder(sizes[full])
         ranks = {largest_budget_within(nbytes, options, size) for nbytes in budgets}
         if self._two_bit_widths(self._projection, [2 * options[0]]):  # 2 bits may fill budgets past the full rank
-            ranks |= set(widths_beyond_full_rank(budgets, options, sizes[full], self._two_bit_size))
+            max_bits = 3 if self.config.bits_per_dim == "auto" else 2
+            ranks |= set(widths_beyond_full_rank(budgets, options, sizes[full], self._two_bit_size, max_bits))
         return sorted(r for r in ranks | {full, self.config.k} if r is not None)
 
     @property
@@ -160,10 +169,31 @@ class StageChoice:
                                "distractor_rows": len(keys) - len(take)}
         return stages[chosen]
 
-    def _fit_two_bit_stage(self, x: torch.Tensor, rank: int) -> tuple[SignMagnitude, Compressor]:
-        """Rotation, 2-bit levels and the sign-bit quantiser of the two planes (width 2 * ``rank``), on ``x``."""
+    def _fit_two_bit_stage(self, x: torch.Tensor, rank: int, uncentred: bool = False) -> tuple[SignMagnitude, Compressor]:
+        """Rotation, 2-bit levels and the sign-bit quantiser of the two planes (width 2 * ``rank``), on ``x``; with
+        ``uncentred`` (a stage past the full rank) its float query is scored uncentred (``_query_shift``)."""
         y = self._projected(x, rank)
         rotation = fit_rotation(y, self.stage_rotation_kind(rank, 2), self.config.seed, self.config.itq_iterations)
         z = transformed_documents(rotation, y)  # rotated once: the levels and the quantiser's planes both come from it
-        levels = fit_levels(z, rotation)
+        levels = fit_levels(z, rotation, self._query_shift(x, rank) if uncentred else None)
         return levels, self.Quantizer(config=self.config.quantizer).fit(lift(z, levels.threshold))  # type: ignore[attr-defined]
+
+    def _fit_three_bit_stage(self, x: torch.Tensor, rank: int) -> tuple[SignAdditiveMagnitude, Compressor]:
+        """Rotation, 3-bit magnitudes and the sign-bit quantiser of the three planes (width 3 * ``rank``), on ``x``;
+        its float query is scored uncentred (``_query_shift``)."""
+        y = self._projected(x, rank)
+        rotation = fit_rotation(y, self.stage_rotation_kind(rank, 3), self.config.seed, self.config.itq_iterations)
+        z = transformed_documents(rotation, y)
+        planes = fit_planes(z, rotation, self._query_shift(x, rank))
+        return planes, self.Quantizer(config=self.config.quantizer).fit(planes.documents(y))  # type: ignore[attr-defined]
+
+    def _query_shift(self, x: torch.Tensor, rank: int) -> torch.Tensor | None:
+        """The projection of the zero row at ``rank``, negated, for an affine projection (``affine_values``): added
+        to a projected query it gives ``A q``, so a stage past the full rank scores ``<q, x>`` up to a
+        document-independent shift. There the centred query (what the projection gives) measured 0.004 to 0.012
+        NDCG@10 below it on both data sets; 1-bit stages keep it (the uncentred one measured 0.012 to 0.014 below on
+        the 768-d stand-in), and so do 2-bit stages of half the rank below the full rank (mixed at 16-32 B); see
+        docs/results.md. None for any other projection."""
+        if not self._projection.affine_values:
+            return None
+        return -self._projected(torch.zeros(1, x.shape[1], dtype=x.dtype), rank)[0]

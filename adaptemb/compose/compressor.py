@@ -153,8 +153,10 @@ class ComposedCompressor(StageChoice, Compressor):
         queries = supervision.pop("queries", None)
         projection = self._given_projection or self._fit_projection(x, supervision)
         self._projection, self._stages, self._sizes, self._choices = projection, {}, {}, {}
-        for rank in self._plan_ranks(x):  # a width past the full rank: 2 bits
-            self._stages[rank] = self._fit_stage(x, rank, supervision) if rank <= self._full else self._fit_two_bit_stage(x, rank // 2)
+        for rank in self._plan_ranks(x):  # a width past the full rank: 2 bits; past twice it: 3
+            self._stages[rank] = (self._fit_stage(x, rank, supervision) if rank <= self._full else
+                                  self._fit_two_bit_stage(x, rank // 2, uncentred=True) if rank <= 2 * self._full else
+                                  self._fit_three_bit_stage(x, rank // 3))
         for width in self._two_bit_widths(projection) if self.config.bits_per_dim == 2 else []:
             self._stages[width] = self._fit_two_bit_stage(x, width // 2)
         if self.config.k is not None and self.config.k not in self._stages:

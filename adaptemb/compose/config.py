@@ -41,9 +41,10 @@ class ComposedConfig(CompressorConfig):
     bits_per_dim: Literal["auto", 1, 2] = Field(
         "auto", description="Bits per rotated dimension before a sign-bit quantiser (binary): 1 (its sign); 2 (sign "
         "and magnitude, Lloyd-Max levels, coded as two sign planes: the code of width w holds rank w / 2); auto: 1 bit "
-        "up to the full rank and 2 bits on a larger rank past it (1 bit measured better wherever the rank allows it, "
-        "docs/results.md; a query sample, fit(x, queries=...), is measured but does not choose). Other quantisers: "
-        "1 (auto means 1).")
+        "up to the full rank, 2 bits on a larger rank past it, and 3 bits (sign and two additive magnitude planes) "
+        "past twice the full rank, e.g. 128 B of 384-d rows (1 bit measured better wherever the rank allows it, "
+        "docs/results.md; a query sample, fit(x, queries=...), is measured but does not choose). Stages past the full "
+        "rank score the float query uncentred after svd. Other quantisers: 1 (auto means 1).")
     itq_iterations: int = Field(DEFAULT_ITQ_ITERATIONS, ge=1, description="ITQ's alternations of signs and rotation (at most: it stops when no sign changes).")
     float_queries: bool = Field(
         True, description="Score the float query (through projection and rotation) against the quantised documents "

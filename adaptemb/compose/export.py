@@ -3,7 +3,8 @@
 The graph is the projection's own head (its ``encoder(r)``), its output as the float values ``encode(x, k=r)
 .to_dense()`` gives (float16 values widened, int8 codes dequantised with their stored calibration), the
 rotation of rank ``r`` (centre and orthogonal matrix, stored in the graph), for a 2-bit stage its two planes'
-values (``adaptemb.compose.levels.lift``), and the quantiser's own head,
+values (``adaptemb.compose.levels.lift``), for a 3-bit stage its three (``adaptemb.compose.planes.lift_planes``),
+and the quantiser's own head,
 whose outputs are the graph's. A composition exports when both parts do; otherwise ``refusal`` says which part
 does not.
 """
@@ -16,8 +17,8 @@ import torch
 
 from adaptemb.codes import Codes
 from adaptemb.compose.levels import SignMagnitude, lift
-from adaptemb.compose.rotation import Rotation
-from adaptemb.compose.stages import rotation_of
+from adaptemb.compose.planes import SignAdditiveMagnitude, lift_planes, magnitude_patterns
+from adaptemb.compose.stages import Transform, rotation_of
 from adaptemb.errors import UnsupportedExportError
 
 
@@ -32,11 +33,11 @@ def refusal(name: str, projection: Any, quantizer: Any) -> str | None:
 
 
 class ComposedHead(torch.nn.Module):
-    """Projection head, its float values, the rotation (``(y - center) @ matrix``), the 2-bit planes' values
-    where the stage keeps 2 bits per dimension, then the quantiser head."""
+    """Projection head, its float values, the rotation (``(y - center) @ matrix``), the planes' values where the
+    stage keeps 2 or 3 bits per dimension, then the quantiser head."""
 
     def __init__(self, projection: torch.nn.Module, values: torch.nn.Module,
-                 transform: Rotation | SignMagnitude | None, quantizer: torch.nn.Module) -> None:
+                 transform: Transform, quantizer: torch.nn.Module) -> None:
         super().__init__()
         self.projection, self.values, self.quantizer = projection, values, quantizer
         self.output_names = tuple(quantizer.output_names)
@@ -48,6 +49,10 @@ class ComposedHead(torch.nn.Module):
             self.register_buffer("matrix", rotation.matrix.clone())
         if isinstance(transform, SignMagnitude):
             self.register_buffer("threshold", transform.threshold.clone())
+        self.three_bit = isinstance(transform, SignAdditiveMagnitude)
+        if isinstance(transform, SignAdditiveMagnitude):
+            self.register_buffer("magnitudes", transform.magnitudes().clone())
+            self.register_buffer("patterns", magnitude_patterns())
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         y = self.values(dict(zip(self.projection.output_names, self.projection(x))))
@@ -55,6 +60,8 @@ class ComposedHead(torch.nn.Module):
             y = (y - self.center) @ self.matrix
         if self.two_bit:
             y = lift(y, self.threshold)
+        if self.three_bit:
+            y = lift_planes(y, self.magnitudes, self.patterns)
         return tuple(self.quantizer(y))
 
 

@@ -36,22 +36,29 @@ CHOICE_TOP = 10
 @dataclass(frozen=True)
 class SignMagnitude:
     """A rotation (or none) followed by the 2-bit lift: ``documents`` gives the 2r values whose signs are the
-    code's two planes, ``queries`` the 2r float values that score them."""
+    code's two planes, ``queries`` the 2r float values that score them. ``query_shift`` (r,), when set, is added to
+    projected queries first: the projection of the zero row, negated (``adaptemb.compose.choice``), so that an
+    affine projection's float query is scored uncentred, ``<q, x>`` up to a document-independent shift (files from
+    before it hold none: the query is then centred like the documents)."""
 
     rotation: Rotation | None
     threshold: torch.Tensor
     inner: torch.Tensor
     outer: torch.Tensor
+    query_shift: torch.Tensor | None = None
 
     def documents(self, y: torch.Tensor) -> torch.Tensor:
         return lift(y if self.rotation is None else self.rotation.documents(y), self.threshold)
 
     def queries(self, y: torch.Tensor) -> torch.Tensor:
+        y = y if self.query_shift is None else y + self.query_shift
         q = y if self.rotation is None else self.rotation.queries(y)
         return torch.cat([q * (self.inner + self.outer) / 2, q * (self.outer - self.inner) / 2], dim=1)
 
     def tensors(self) -> dict[str, torch.Tensor]:
         own = {"levels.threshold": self.threshold, "levels.inner": self.inner, "levels.outer": self.outer}
+        if self.query_shift is not None:
+            own["levels.query_shift"] = self.query_shift
         return (self.rotation.tensors() if self.rotation else {}) | own
 
     @staticmethod
@@ -66,7 +73,10 @@ class SignMagnitude:
             levels[name] = tensor.float().contiguous()
         if not bool(((levels["inner"] >= 0) & (levels["inner"] <= levels["outer"])).all()):
             raise ValueError(f"the rank-{rank} 2-bit stage's levels must satisfy 0 <= inner <= outer")
-        return SignMagnitude(rotation, **levels)
+        shift = tensors.get("levels.query_shift")
+        if shift is not None and tuple(shift.shape) != (rank,):
+            raise ValueError(f"a rank-{rank} 2-bit stage's levels.query_shift must be ({rank},); got {tuple(shift.shape)}")
+        return SignMagnitude(rotation, **levels, query_shift=None if shift is None else shift.float().contiguous())
 
 
 def lift(z: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
@@ -75,7 +85,7 @@ def lift(z: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
     return torch.cat([z, torch.sign(z) * (z.abs() - threshold)], dim=1)
 
 
-def fit_levels(z: torch.Tensor, rotation: Rotation | None) -> SignMagnitude:
+def fit_levels(z: torch.Tensor, rotation: Rotation | None, query_shift: torch.Tensor | None = None) -> SignMagnitude:
     """Per-dimension Lloyd-Max levels of rotated fit rows ``z`` (n, r): ``LLOYD_ROUNDS`` alternations of the
     threshold (midway between the levels) and each level (the mean |z_j| on its side), from the Gaussian's."""
     magnitude = z.abs().double()
@@ -87,7 +97,7 @@ def fit_levels(z: torch.Tensor, rotation: Rotation | None) -> SignMagnitude:
         inner = torch.where(count < len(z), (magnitude * ~above).sum(dim=0) / (len(z) - count).clamp_min(1), inner)
         outer = torch.where(count > 0, (magnitude * above).sum(dim=0) / count.clamp_min(1), outer)
         threshold = (inner + outer) / 2
-    return SignMagnitude(rotation, threshold.float(), inner.float(), outer.float())
+    return SignMagnitude(rotation, threshold.float(), inner.float(), outer.float(), query_shift)
 
 
 def neighbour_recall(scores: np.ndarray, exact: np.ndarray) -> float:
@@ -101,15 +111,19 @@ def exact_neighbours(queries: torch.Tensor, documents: torch.Tensor) -> np.ndarr
 
 
 def widths_beyond_full_rank(budgets: list[float], ranks: list[int], full_bytes: float,
-                            width_bytes: Callable[[int], float]) -> list[int]:
-    """The 2-bit widths that fill byte budgets above the full rank's 1-bit code (``full_bytes``): for each such
-    budget, twice the largest rank whose 2-bit code (``width_bytes(2 r)``) fits it, where that exceeds the full
-    rank (e.g. 128 B of 768-d rows: 2 bits on rank 512); the budgets the full rank leaves unused."""
+                            width_bytes: Callable[[int], float], max_bits: int = 2) -> list[int]:
+    """The multi-bit widths that fill byte budgets above the full rank's 1-bit code (``full_bytes``): for each such
+    budget, b times the largest rank whose b-bit code (``width_bytes(b r)``) fits it, with b r above (b - 1) times the
+    full rank, for the most bits b <= ``max_bits`` that has one: bits grow only where the rank runs out again (e.g.
+    128 B of 768-d rows: 2 bits on rank 512; of 384-d rows, past the 96 B of 2 bits on all 384: 3 bits on rank 341)."""
     full, widths = ranks[-1], set()
     for nbytes in budgets:
         if nbytes <= full_bytes:
             continue
-        fitting = [rank for rank in ranks if 2 * rank > full and width_bytes(2 * rank) <= nbytes]
-        if fitting:
-            widths.add(2 * max(fitting))
+        chosen = None
+        for bits in range(2, max_bits + 1):
+            fitting = [rank for rank in ranks if bits * rank > (bits - 1) * full and width_bytes(bits * rank) <= nbytes]
+            chosen = bits * max(fitting) if fitting else chosen
+        if chosen:
+            widths.add(chosen)
     return sorted(widths)
