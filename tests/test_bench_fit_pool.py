@@ -137,17 +137,19 @@ def test_a_finished_fits_follow_ups_run_before_the_jobs_not_yet_started() -> Non
     assert all(outcome.compressor is not None and outcome.seconds > 0 for outcome in outcomes.values())
 
 
-@pytest.mark.parametrize(("requested", "free", "jobs", "device", "expected"), [
-    (None, 2, 12, "cpu", (2, 1)),  # the CI machine, quiet: two workers of one thread
-    (None, 1, 12, "cpu", (1, 1)),  # one free core: fit in-process
-    (None, 8, 12, "cpu", (MAX_FIT_WORKERS, 2)),
-    (None, 8, 3, "cpu", (3, 2)),  # no more workers than fits
-    (None, 8, 12, "cuda", (1, 8)),  # a GPU fits in-process
-    (3, 2, 12, "cpu", (3, 1)),  # asked for: as asked, at least one thread each
+@pytest.mark.parametrize(("requested", "cores", "free", "jobs", "device", "expected"), [
+    (None, 2, 2, 12, "cpu", (2, 1)),  # the CI machine, quiet: two workers of one thread
+    (None, 2, 1, 12, "cpu", (2, 1)),  # another process busy for a moment: still two one-thread workers
+    (None, 1, 1, 12, "cpu", (1, 1)),  # one core (or set_threads(1)): fit in-process
+    (None, 8, 8, 12, "cpu", (MAX_FIT_WORKERS, 2)),
+    (None, 8, 2, 12, "cpu", (MAX_FIT_WORKERS, 1)),
+    (None, 8, 8, 3, "cpu", (3, 2)),  # no more workers than fits
+    (None, 8, 8, 12, "cuda", (1, 8)),  # a GPU fits in-process
+    (3, 2, 2, 12, "cpu", (3, 1)),  # asked for: as asked, at least one thread each
 ])
-def test_workers_and_threads_per_run(requested: int | None, free: int, jobs: int, device: str,
+def test_workers_and_threads_per_run(requested: int | None, cores: int, free: int, jobs: int, device: str,
                                      expected: tuple[int, int]) -> None:
-    assert plan_workers(requested, free, jobs, device) == expected
+    assert plan_workers(requested, cores, free, jobs, device) == expected
 
 
 def test_a_step_recorded_from_a_worker_leaves_the_running_step_last() -> None:

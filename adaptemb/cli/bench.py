@@ -130,7 +130,7 @@ WarmupOption = Annotated[int, typer.Option("--warmup", min=0, help="Warm-up roun
 BatchSizeOption = Annotated[int, typer.Option("--batch-size", min=1, help="Queries per timed batch.")]
 FitWorkersOption = Annotated[int | None, typer.Option(
     "--fit-workers", min=1, help="Processes fitting the methods side by side before the rows are timed "
-    "(1: one fit at a time in this process); by default one per free core on the CPU.")]
+    "(1: one fit at a time in this process); by default one per core on the CPU.")]
 ParamOption = Annotated[list[str] | None, typer.Option(
     "--param", "-p", help="A method parameter as METHOD.NAME=VALUE (repeatable), e.g. -p csr.epochs=5.")]
 QuietOption = Annotated[bool, flag("quiet", "Only the final table (no progress).", "-q")]

@@ -56,7 +56,7 @@ class BenchConfig:
     """With a config, also run the scale study (``adaptemb.evaluate.scale``) on the fitted methods."""
     fit_workers: int | None = 1
     """Processes that fit the methods side by side before the rows are measured (``adaptemb.evaluate.fit_pool``):
-    1 fits each method in this process as its turn comes; None chooses one per free core on the CPU (the CLI's
+    1 fits each method in this process as its turn comes; None chooses one per core on the CPU (the CLI's
     default)."""
     keep_rankings: bool = False
     """Keep each main-table row's ranking (scores and ids at ``depth``) in ``BenchResult.rankings`` (for saved

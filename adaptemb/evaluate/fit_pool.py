@@ -1,8 +1,8 @@
 """The bench's fits, run side by side in worker processes before any row is measured.
 
 A bench fits a dozen methods, each on a small batch of rows at a time: one fit keeps one core far busier than two
-threads of one fit keep two (torch's intra-op threads gain little on 256 x 384 batches). With two or more free
-cores the bench therefore fits in worker processes, one core (or a share of the free cores) each, and measures
+threads of one fit keep two (torch's intra-op threads gain little on 256 x 384 batches). With two or more
+cores the bench therefore fits in worker processes, one per core (each with a share of the free cores), and measures
 every row afterwards in the main process, alone on the machine, so that no fit disturbs a row's latency.
 
 Workers are forked (Linux): they inherit the corpus, the registry (plugins registered at run time included) and the
@@ -75,15 +75,21 @@ def fork_available() -> bool:
     return "fork" in multiprocessing.get_all_start_methods() and os.uname().sysname == "Linux"
 
 
-def plan_workers(requested: int | None, free_cores: int, jobs: int, device: str) -> tuple[int, int]:
-    """(workers, threads per worker): ``requested`` workers (1: fit in-process), or automatically one per free core
-    (at most ``MAX_FIT_WORKERS``) on the CPU where fork is available, each with an equal share of the free cores."""
+def plan_workers(requested: int | None, cores: int, free_cores: int, jobs: int, device: str) -> tuple[int, int]:
+    """(workers, threads per worker): ``requested`` workers (1: fit in-process), or automatically one per core
+    (``cores``: the machine's physical cores, or the count the user fixed; at most ``MAX_FIT_WORKERS``) on the CPU
+    where fork is available, each with an equal share of the ``free_cores`` as threads (at least one).
+
+    Workers are counted from the cores, not from the cores free at the moment: one-thread worker processes share
+    the CPU fairly with other processes and never spin against each other, so a brief burst of other work (which
+    ``free_cores`` samples over 0.1 s) must not turn a two-worker run into a sequential one. The default bench
+    took 271 s sequential against 110-162 s with two workers on the 2-core machine (main_job_time.json)."""
     if requested is not None:
         workers = max(1, requested)
     elif device != "cpu" or not fork_available():
         workers = 1
     else:
-        workers = max(1, min(free_cores, MAX_FIT_WORKERS, jobs))
+        workers = max(1, min(cores, MAX_FIT_WORKERS, jobs))
     return workers, max(1, free_cores // workers)
 
 

@@ -19,7 +19,7 @@ from adaptemb.evaluate.fit_pool import FitJob, FitOutcome, plan_workers, run_fit
 from adaptemb.evaluate.latency import timed
 from adaptemb.method import Compressor
 from adaptemb.registry import get_registry
-from adaptemb.threads import choose_threads
+from adaptemb.threads import choose_threads, fixed_threads, physical_cores
 
 
 def fit_params(name: str, ctx: RunContext) -> dict[str, Any]:
@@ -65,7 +65,8 @@ def fit_ahead(ctx: RunContext, names: list[str], budgets_of: Any) -> None:
     """Fit every method of ``names``, their refits and the compositions that share a projection, on worker processes
     when more than one core is free (``BenchConfig.fit_workers``); the fits are kept in ``ctx.ahead`` and their
     steps in the step log. ``budgets_of(name, compressor)`` gives the budgets a fitted method is benched at."""
-    workers, threads = plan_workers(ctx.config.fit_workers, choose_threads(), len(names), ctx.device)
+    cores = fixed_threads() or physical_cores()
+    workers, threads = plan_workers(ctx.config.fit_workers, cores, choose_threads(), len(names), ctx.device)
     if workers < 2:
         return
     ctx.steps.start("fits", f"fitting {len(names)} methods in {workers} worker processes")
