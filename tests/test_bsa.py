@@ -91,6 +91,21 @@ def test_code_dropout_acts_in_training_only(fitted: adaptemb.Compressor, data: n
     assert losses[0.5, True] > losses[0.0, True] + 0.01  # half of every code missing decodes worse
 
 
+@pytest.mark.parametrize("p", [0.5, 0.3])
+def test_code_dropout_keeps_each_entry_at_one_minus_p_and_rescales_by_its_inverse(fitted: adaptemb.Compressor, p: float) -> None:
+    from adaptemb_plugins.bsa.objective import BSAObjective, LossWeights
+
+    objective = BSAObjective(copy.deepcopy(fitted._model), LossWeights(k=8, code_dropout=p), seed=5)
+    dropout = objective._dropout(torch.empty(300, 1001))
+    keep = dropout.keep
+    assert keep.shape == (300, 1001) and keep.dtype == torch.bool
+    assert abs(float(keep.float().mean()) - (1 - p)) < 0.005  # 300,300 draws: 5 standard deviations
+    assert dropout.scale == pytest.approx(1 / (1 - p), rel=1e-4)
+    torch.testing.assert_close(dropout.factors, keep.float() * dropout.scale)
+    again = BSAObjective(copy.deepcopy(fitted._model), LossWeights(k=8, code_dropout=p), seed=5)._dropout(keep)
+    assert torch.equal(keep, again.keep)  # seeded
+
+
 @pytest.mark.parametrize("sparse_below", [1.0, 0.0])  # every code decoded as sparse (scipy CSR), or as dense
 @pytest.mark.parametrize("dropout", [0.5, 0.0])
 def test_training_loss_and_gradients_are_the_direct_formula(
@@ -106,7 +121,8 @@ def test_training_loss_and_gradients_are_the_direct_formula(
     model, k, eps = copy.deepcopy(fitted._model).train(), 8, 0.125
     keep = torch.from_numpy(np.random.default_rng(3).random((96, 64)) >= dropout)
     objective = bsa_objective.BSAObjective(model, bsa_objective.LossWeights(k=k, target="ones", code_dropout=dropout))
-    monkeypatch.setattr(objective, "_keep_mask", lambda like: keep)
+    draw = bsa_objective.CodeDropout(keep, keep.float() / (1 - dropout), 1 / (1 - dropout))
+    monkeypatch.setattr(objective, "_dropout", lambda like: draw)
     loss, parts = objective.training_loss([x], 0)
     grads = torch.autograd.grad(loss, [model.encoder, model.encoder_bias, model.decoder, model.decoder_bias])
 
