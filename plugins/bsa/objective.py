@@ -79,7 +79,7 @@ def top_k_mask(s: torch.Tensor, k: int) -> torch.Tensor:
 
 
 DROPOUT_LEVELS = 65_536
-"""Code dropout draws 16-bit integers (``BSAObjective._keep_mask``)."""
+"""Code dropout draws 16-bit integers (``BSAObjective._dropout``)."""
 SPARSE_DECODE_DENSITY = 0.05
 """Codes with at most this fraction of active entries are decoded by gathering rows (early in training,
 about half the features fire and the dense product is faster)."""
