@@ -91,6 +91,53 @@ def test_code_dropout_acts_in_training_only(fitted: adaptemb.Compressor, data: n
     assert losses[0.5, True] > losses[0.0, True] + 0.01  # half of every code missing decodes worse
 
 
+@pytest.mark.parametrize("p", [0.5, 0.3])
+def test_code_dropout_keeps_each_entry_at_one_minus_p_and_rescales_by_its_inverse(fitted: adaptemb.Compressor, p: float) -> None:
+    from adaptemb_plugins.bsa.objective import BSAObjective, LossWeights
+
+    objective = BSAObjective(copy.deepcopy(fitted._model), LossWeights(k=8, code_dropout=p), seed=5)
+    dropout = objective._dropout(torch.empty(300, 1001))
+    keep = dropout.keep
+    assert keep.shape == (300, 1001) and keep.dtype == torch.bool
+    assert abs(float(keep.float().mean()) - (1 - p)) < 0.005  # 300,300 draws: 5 standard deviations
+    assert dropout.scale == pytest.approx(1 / (1 - p), rel=1e-4)
+    torch.testing.assert_close(dropout.factors, keep.float() * dropout.scale)
+    again = BSAObjective(copy.deepcopy(fitted._model), LossWeights(k=8, code_dropout=p), seed=5)._dropout(keep)
+    assert torch.equal(keep, again.keep)  # seeded
+
+
+@pytest.mark.parametrize("sparse_below", [1.0, 0.0])  # every code decoded as sparse (scipy CSR), or as dense
+@pytest.mark.parametrize("dropout", [0.5, 0.0])
+def test_training_loss_and_gradients_are_the_direct_formula(
+    fitted: adaptemb.Compressor, data: np.ndarray, sparse_below: float, dropout: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The training objective's fast paths (sparse decode, the alignment from row sums, numpy's top k) give the loss
+    and gradients of the formula written directly with autograd: x_hat = (1[s >= 0.5] + s - sg(s)) * m @ D + c,
+    1 - cos(x_hat, x) + 1 - cos(s - e, t - e) with t the 0/1 indicator of the top k of s (torch.topk)."""
+    from adaptemb_plugins.bsa import objective as bsa_objective
+
+    monkeypatch.setattr(bsa_objective, "SPARSE_DECODE_DENSITY", sparse_below)
+    x = torch.nn.functional.normalize(torch.from_numpy(data[:96]), dim=1)
+    model, k, eps = copy.deepcopy(fitted._model).train(), 8, 0.125
+    keep = torch.from_numpy(np.random.default_rng(3).random((96, 64)) >= dropout)
+    objective = bsa_objective.BSAObjective(model, bsa_objective.LossWeights(k=k, target="ones", code_dropout=dropout))
+    draw = bsa_objective.CodeDropout(keep, keep.float() / (1 - dropout), 1 / (1 - dropout))
+    monkeypatch.setattr(objective, "_dropout", lambda like: draw)
+    loss, parts = objective.training_loss([x], 0)
+    grads = torch.autograd.grad(loss, [model.encoder, model.encoder_bias, model.decoder, model.decoder_bias])
+
+    s = model.activations(x)
+    code = ((s >= 0.5).float() + s - s.detach()) * keep.float() / (1 - dropout)
+    top = torch.zeros_like(s).scatter(1, torch.topk(s.detach(), k, dim=1).indices, 1.0)
+    expected = adaptemb.cosine_distance(model.decode(code), x) + adaptemb.cosine_distance(s - eps, top - eps)
+    expected_grads = torch.autograd.grad(expected, [model.encoder, model.encoder_bias, model.decoder, model.decoder_bias])
+    assert abs(float(loss.detach()) - float(expected.detach())) < 1e-6
+    assert float(parts["active"]) == pytest.approx(float((s >= 0.5).sum()) / len(x), rel=1e-6)
+    for got, want in zip(grads, expected_grads):
+        assert got.abs().max() > 0
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
 def test_default_sizes_follow_the_dimension(data: np.ndarray) -> None:
     compressor = adaptemb.get_compressor("bsa", epochs=1, progress=False).fit(data)
     assert compressor.fit_report["h"] == 8 * 32 and compressor.fit_report["k"] == 64
