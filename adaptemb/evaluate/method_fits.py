@@ -100,9 +100,12 @@ def fit_ahead(ctx: RunContext, names: list[str], budgets_of: Any) -> None:
 
 
 def _trained_first(name: str) -> bool:
-    """Sort key: methods trained over epochs (the longest fits) start first, so that no long fit starts last and
-    keeps one worker busy alone at the end (the default run: 102 s of fits in name order, see main_job_time)."""
-    return "epochs" not in get_registry().get(name).Config.model_fields
+    """Sort key: methods trained by gradient steps (a config with ``epochs`` or ``steps``: the longest fits) start
+    first, so that no long fit starts last and keeps one worker busy alone at the end, and the refits that follow a
+    quick method's first fit are not left behind a long one (the default run: 102 s of fits in name order, see
+    main_job_time)."""
+    fields = get_registry().get(name).Config.model_fields
+    return "epochs" not in fields and "steps" not in fields
 
 
 def _composition_job(name: str, projection: FitOutcome, ctx: RunContext) -> FitJob:
