@@ -5,7 +5,7 @@ Usage::
     python benchmarks/rotation_head_tradeoff.py default | wordnet-examples-768 | static-256 | minilm-384-200k
 
 svd+binary at 1 bit per dimension with ITQ-20 on every direction (head 0), itq-tail with 4, 8 and 16 leading
-directions unrotated (``adaptemb.compose.rotation.LEADING_UNROTATED``, set per candidate) and a random rotation
+directions unrotated (svd+binary's ``itq_tail_unrotated``) and a random rotation
 (head -1), seeds 0-2. On the bench data sets (the built-in data, the 768-d stand-in's 5,000 documents): NDCG@10 of
 every real query and the share of each query's exact float top-10 found, at 32, 48 and 64 B. On the Debian corpora
 (/work/data/debian-corpus, ``benchmarks/debian_corpus.py``): fitted on 50k rows, 100k documents, the last 1,000
@@ -22,7 +22,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from compose_frontier import dataset
 
 import adaptemb
-import adaptemb.compose.rotation as R
 from adaptemb.evaluate.metrics import ndcg_at_k
 
 torch.set_num_threads(1)
@@ -42,8 +41,7 @@ if which in ("default", "wordnet-examples-768"):
             if head == -1:
                 params = {"rotation": "random", "seed": seed}
             else:
-                R.LEADING_UNROTATED = head
-                params = {"rotation": "itq-tail", "itq_iterations": 20, "seed": seed}
+                params = {"rotation": "itq-tail", "itq_tail_unrotated": head, "itq_iterations": 20, "seed": seed}
             comp = adaptemb.fit(data.corpus, "svd+binary", byte_budgets=budgets, bits_per_dim=1, **params)
             res = {}
             for b in budgets:
@@ -59,7 +57,7 @@ else:
     queries = np.asarray(x[n - 1000:], dtype=np.float32)
     truth = np.argsort(-(unit(queries) @ unit(docs).T), axis=1)[:, :10]
     for head in (0, 4, 8, 16):
-        R.LEADING_UNROTATED = head
-        comp = adaptemb.fit(fit, "svd+binary", byte_budgets=[32], bits_per_dim=1, rotation="itq-tail", itq_iterations=20, seed=0)
+        comp = adaptemb.fit(fit, "svd+binary", byte_budgets=[32], bits_per_dim=1, rotation="itq-tail",
+                            itq_tail_unrotated=head, itq_iterations=20, seed=0)
         ids = comp.index(comp.encode(docs, bytes=32)).search(queries, 10)[1]
         print(which, "head", head, round(float(np.mean([len(set(a) & set(t)) / 10 for a, t in zip(ids, truth)])), 4), flush=True)

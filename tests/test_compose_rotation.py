@@ -114,6 +114,25 @@ def test_itq_tail_keeps_the_leading_directions_and_learns_itq_on_the_rest(x: np.
     np.testing.assert_array_equal(loaded.encode(x, k=48).packed, fitted.encode(x, k=48).packed)
 
 
+def test_itq_tail_unrotated_sets_the_identity_block_and_zero_is_itq(x: np.ndarray) -> None:
+    """itq_tail_unrotated=4 at rank 48 keeps 4 leading directions (not 12); a larger count stops at a quarter of the
+    rank; 0 gives the ITQ matrix itself."""
+    def rotation(**params: object) -> np.ndarray:
+        fitted = adaptemb.fit(x, "svd+binary", byte_budgets=[6], rotation="itq-tail", bits_per_dim=1, **params)
+        return fitted.state_tensors()["rank48.rotation"].double().numpy()
+
+    four = rotation(itq_tail_unrotated=4)
+    np.testing.assert_allclose(four[:4, :4], np.eye(4), atol=0)
+    assert not four[:4, 4:].any() and four[4:12, 4:12].any() and not np.allclose(four[4:12, 4:12], np.eye(8))
+    capped = rotation(itq_tail_unrotated=40)
+    np.testing.assert_allclose(capped[:12, :12], np.eye(12), atol=0)
+    itq = adaptemb.fit(x, "svd+binary", byte_budgets=[6], rotation="itq", bits_per_dim=1)
+    np.testing.assert_allclose(rotation(itq_tail_unrotated=0), itq.state_tensors()["rank48.rotation"].double().numpy(),
+                               atol=1e-6)
+    with pytest.raises(adaptemb.InvalidConfigError, match="itq_tail_unrotated"):
+        adaptemb.get_compressor("svd+binary", itq_tail_unrotated=-1)
+
+
 def test_auto_rotation_is_none_at_small_ranks_then_itq_tail_before_sign_bits_and_none_before_other_quantisers(
         x: np.ndarray, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """auto: no rotation up to rank NO_ROTATION_MAX_RANK (listed in the file as unrotated), itq-tail (the leading

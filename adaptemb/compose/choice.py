@@ -158,7 +158,8 @@ class StageChoice:
         stages, mrr = {}, {}
         candidates = PAIR_ROTATIONS if rank <= ITQ_MAX_RANK else LARGE_RANK_PAIR_ROTATIONS
         for kind in candidates:
-            rotation = fit_rotation(y, kind, self.config.seed, self.config.itq_iterations)
+            rotation = fit_rotation(y, kind, self.config.seed, self.config.itq_iterations,
+                                    self.config.itq_tail_unrotated)
             quantizer = self.Quantizer(config=self.config.quantizer).fit(transformed_documents(rotation, y))  # type: ignore[attr-defined]
             stages[kind] = (rotation, quantizer)
             scores = self._scores(quantizer, self._stage_queries(stages[kind], queries),
@@ -173,7 +174,8 @@ class StageChoice:
         """Rotation, 2-bit levels and the sign-bit quantiser of the two planes (width 2 * ``rank``), on ``x``; with
         ``uncentred`` (a stage past the full rank) its float query is scored uncentred (``_query_shift``)."""
         y = self._projected(x, rank)
-        rotation = fit_rotation(y, self.stage_rotation_kind(rank, 2), self.config.seed, self.config.itq_iterations)
+        rotation = fit_rotation(y, self.stage_rotation_kind(rank, 2), self.config.seed, self.config.itq_iterations,
+                                self.config.itq_tail_unrotated)
         z = transformed_documents(rotation, y)  # rotated once: the levels and the quantiser's planes both come from it
         levels = fit_levels(z, rotation, self._query_shift(x, rank) if uncentred else None)
         return levels, self.Quantizer(config=self.config.quantizer).fit(lift(z, levels.threshold))  # type: ignore[attr-defined]
@@ -182,7 +184,8 @@ class StageChoice:
         """Rotation, 3-bit magnitudes and the sign-bit quantiser of the three planes (width 3 * ``rank``), on ``x``;
         its float query is scored uncentred (``_query_shift``)."""
         y = self._projected(x, rank)
-        rotation = fit_rotation(y, self.stage_rotation_kind(rank, 3), self.config.seed, self.config.itq_iterations)
+        rotation = fit_rotation(y, self.stage_rotation_kind(rank, 3), self.config.seed, self.config.itq_iterations,
+                                self.config.itq_tail_unrotated)
         z = transformed_documents(rotation, y)
         planes = fit_planes(z, rotation, self._query_shift(x, rank))
         return planes, self.Quantizer(config=self.config.quantizer).fit(planes.documents(y))  # type: ignore[attr-defined]

@@ -189,7 +189,8 @@ class ComposedCompressor(StageChoice, Compressor):
         y = self._projected(x, rank)
         if self.config.rotation == "pairs":
             return self._chosen_stage(y, rank, supervision["pairs"])
-        rotation = fit_rotation(y, self.rotation_kind(rank), self.config.seed, self.config.itq_iterations)
+        rotation = fit_rotation(y, self.rotation_kind(rank), self.config.seed, self.config.itq_iterations,
+                                self.config.itq_tail_unrotated)
         mine = {key: value for key, value in supervision.items() if key in self.Quantizer.fit_inputs}
         if "pairs" in mine:
             mine["pairs"] = tuple(transformed_documents(rotation, self._projected(side, rank)) for side in mine["pairs"])

@@ -14,7 +14,12 @@ import pydantic
 from pydantic import Field
 
 from adaptemb.budgets import ByteBudgets
-from adaptemb.compose.rotation import DEFAULT_ITQ_ITERATIONS, ITQ_MAX_RANK, NO_ROTATION_MAX_RANK
+from adaptemb.compose.rotation import (
+    DEFAULT_ITQ_ITERATIONS,
+    ITQ_MAX_RANK,
+    LEADING_UNROTATED,
+    NO_ROTATION_MAX_RANK,
+)
 from adaptemb.config import CompressorConfig, config_error_message
 from adaptemb.errors import InvalidConfigError, did_you_mean
 
@@ -33,7 +38,7 @@ class ComposedConfig(CompressorConfig):
     rotation: Literal["auto", "random", "itq", "itq-tail", "hadamard", "none", "pairs"] = Field(
         "auto", description="Orthogonal rotation of the centred projected rows before the quantiser: a seeded random "
         "matrix, ITQ (learned, from the random one), a randomized Hadamard transform (seeded; r signs per round "
-        "stored, O(r log r) per row) or none; itq-tail: the leading 16 directions (at most a quarter of the rank) unrotated, ITQ on the rest; "
+        "stored, O(r log r) per row) or none; itq-tail: the leading itq_tail_unrotated directions (at most a quarter of the rank) unrotated, ITQ on the rest; "
         f"auto: before sign-bit quantisers (binary) none up to rank {NO_ROTATION_MAX_RANK}, itq-tail up to rank "
         f"{ITQ_MAX_RANK} and Hadamard above (a query sample does not judge it), else none; "
         "pairs: per rank, whichever of random, itq and none (above that rank hadamard and none) ranks the fit pairs' documents best (MRR of the float "
@@ -46,6 +51,11 @@ class ComposedConfig(CompressorConfig):
         "docs/results.md; a query sample, fit(x, queries=...), is measured but does not choose). Stages past the full "
         "rank score the float query uncentred after svd. Other quantisers: 1 (auto means 1).")
     itq_iterations: int = Field(DEFAULT_ITQ_ITERATIONS, ge=1, description="ITQ's alternations of signs and rotation (at most: it stops when no sign changes).")
+    itq_tail_unrotated: int = Field(
+        LEADING_UNROTATED, ge=0, description="itq-tail (rotation='itq-tail', and auto's choice above rank "
+        f"{NO_ROTATION_MAX_RANK}): the leading projected directions kept unrotated (at most a quarter of the rank); "
+        "0 is ITQ. More rank relevant documents better on the 768-d stand-in and find less of the float top-10 "
+        "(benchmarks/rotation_head_tradeoff.py).")
     float_queries: bool = Field(
         True, description="Score the float query (through projection and rotation) against the quantised documents "
         "where the quantiser or an index backend can; False: queries are quantised like documents.")

@@ -197,8 +197,9 @@ def itq_rotation(centred: np.ndarray, start: np.ndarray, iterations: int) -> np.
     return rotation.double().numpy()
 
 
-def fit_rotation(y: torch.Tensor, kind: str, seed: int, iterations: int) -> Rotation | None:
-    """The rotation of kind ``"random"``, ``"itq"``, ``"itq-tail"`` (``LEADING_UNROTATED`` leading directions kept,
+def fit_rotation(y: torch.Tensor, kind: str, seed: int, iterations: int,
+                 unrotated: int = LEADING_UNROTATED) -> Rotation | None:
+    """The rotation of kind ``"random"``, ``"itq"``, ``"itq-tail"`` (``unrotated`` leading directions kept,
     ITQ on the rest: a block-diagonal matrix), ``"hadamard"`` or ``"none"`` (None) for projected fit rows ``y`` (n, r)."""
     if kind == "none":
         return None
@@ -206,7 +207,7 @@ def fit_rotation(y: torch.Tensor, kind: str, seed: int, iterations: int) -> Rota
     center = rows.mean(axis=0)
     if kind == "hadamard":
         return hadamard_rotation(rows.shape[1], seed, torch.from_numpy(center.astype(np.float32)))
-    keep = min(LEADING_UNROTATED, rows.shape[1] // 4) if kind == "itq-tail" else 0
+    keep = min(unrotated, rows.shape[1] // 4) if kind == "itq-tail" else 0
     matrix = np.eye(rows.shape[1])
     matrix[keep:, keep:] = random_rotation(rows.shape[1] - keep, seed)
     if kind in ("itq", "itq-tail"):
