@@ -25,7 +25,7 @@ import torch
 from adaptemb.budgets import largest_budget_within
 from adaptemb.compose.levels import SignMagnitude, fit_levels, lift, widths_beyond_full_rank
 from adaptemb.compose.planes import SignAdditiveMagnitude, fit_planes
-from adaptemb.compose.rotation import ITQ_MAX_RANK, NO_ROTATION_MAX_RANK, fit_rotation
+from adaptemb.compose.rotation import ITQ_MAX_RANK, NO_ROTATION_MAX_RANK, Rotation, fit_rotation
 from adaptemb.compose.stages import Stage, transformed_documents
 from adaptemb.method import Compressor
 from adaptemb.ranking import reciprocal_ranks
@@ -91,6 +91,10 @@ class StageChoice:
         0.2114; docs/results.md)."""
         kind = self.rotation_kind(rank)
         return "itq" if bits >= 2 and kind == "itq-tail" and self.config.rotation == "auto" else kind
+
+    def _fit_rotation(self, y: torch.Tensor, kind: str) -> Rotation | None:
+        """``fit_rotation`` of projected rows ``y`` with this config's seed, ITQ rounds and itq-tail head."""
+        return fit_rotation(y, kind, self.config.seed, self.config.itq_iterations, self.config.itq_tail_unrotated)
 
     def _plan_ranks(self, x: torch.Tensor) -> list[int]:
         """The ranks to prepare: the largest rank whose codes fit each byte budget (sizes measured by fitting the
@@ -158,8 +162,7 @@ class StageChoice:
         stages, mrr = {}, {}
         candidates = PAIR_ROTATIONS if rank <= ITQ_MAX_RANK else LARGE_RANK_PAIR_ROTATIONS
         for kind in candidates:
-            rotation = fit_rotation(y, kind, self.config.seed, self.config.itq_iterations,
-                                    self.config.itq_tail_unrotated)
+            rotation = self._fit_rotation(y, kind)
             quantizer = self.Quantizer(config=self.config.quantizer).fit(transformed_documents(rotation, y))  # type: ignore[attr-defined]
             stages[kind] = (rotation, quantizer)
             scores = self._scores(quantizer, self._stage_queries(stages[kind], queries),
@@ -174,8 +177,7 @@ class StageChoice:
         """Rotation, 2-bit levels and the sign-bit quantiser of the two planes (width 2 * ``rank``), on ``x``; with
         ``uncentred`` (a stage past the full rank) its float query is scored uncentred (``_query_shift``)."""
         y = self._projected(x, rank)
-        rotation = fit_rotation(y, self.stage_rotation_kind(rank, 2), self.config.seed, self.config.itq_iterations,
-                                self.config.itq_tail_unrotated)
+        rotation = self._fit_rotation(y, self.stage_rotation_kind(rank, 2))
         z = transformed_documents(rotation, y)  # rotated once: the levels and the quantiser's planes both come from it
         levels = fit_levels(z, rotation, self._query_shift(x, rank) if uncentred else None)
         return levels, self.Quantizer(config=self.config.quantizer).fit(lift(z, levels.threshold))  # type: ignore[attr-defined]
@@ -184,8 +186,7 @@ class StageChoice:
         """Rotation, 3-bit magnitudes and the sign-bit quantiser of the three planes (width 3 * ``rank``), on ``x``;
         its float query is scored uncentred (``_query_shift``)."""
         y = self._projected(x, rank)
-        rotation = fit_rotation(y, self.stage_rotation_kind(rank, 3), self.config.seed, self.config.itq_iterations,
-                                self.config.itq_tail_unrotated)
+        rotation = self._fit_rotation(y, self.stage_rotation_kind(rank, 3))
         z = transformed_documents(rotation, y)
         planes = fit_planes(z, rotation, self._query_shift(x, rank))
         return planes, self.Quantizer(config=self.config.quantizer).fit(planes.documents(y))  # type: ignore[attr-defined]

@@ -45,7 +45,7 @@ from adaptemb.compose.config import (
 )
 from adaptemb.compose.export import ComposedHead, projected_values, refusal
 from adaptemb.compose.query_choice import measure_by_queries
-from adaptemb.compose.rotation import HadamardRotation, fit_rotation
+from adaptemb.compose.rotation import HadamardRotation
 from adaptemb.compose.stages import (
     Stage,
     rank_of,
@@ -189,8 +189,7 @@ class ComposedCompressor(StageChoice, Compressor):
         y = self._projected(x, rank)
         if self.config.rotation == "pairs":
             return self._chosen_stage(y, rank, supervision["pairs"])
-        rotation = fit_rotation(y, self.rotation_kind(rank), self.config.seed, self.config.itq_iterations,
-                                self.config.itq_tail_unrotated)
+        rotation = self._fit_rotation(y, self.rotation_kind(rank))
         mine = {key: value for key, value in supervision.items() if key in self.Quantizer.fit_inputs}
         if "pairs" in mine:
             mine["pairs"] = tuple(transformed_documents(rotation, self._projected(side, rank)) for side in mine["pairs"])

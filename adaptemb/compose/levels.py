@@ -51,8 +51,7 @@ class SignMagnitude:
         return lift(y if self.rotation is None else self.rotation.documents(y), self.threshold)
 
     def queries(self, y: torch.Tensor) -> torch.Tensor:
-        y = y if self.query_shift is None else y + self.query_shift
-        q = y if self.rotation is None else self.rotation.queries(y)
+        q = stage_queries(y, self.query_shift, self.rotation)
         return torch.cat([q * (self.inner + self.outer) / 2, q * (self.outer - self.inner) / 2], dim=1)
 
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -73,10 +72,23 @@ class SignMagnitude:
             levels[name] = tensor.float().contiguous()
         if not bool(((levels["inner"] >= 0) & (levels["inner"] <= levels["outer"])).all()):
             raise ValueError(f"the rank-{rank} 2-bit stage's levels must satisfy 0 <= inner <= outer")
-        shift = tensors.get("levels.query_shift")
-        if shift is not None and tuple(shift.shape) != (rank,):
-            raise ValueError(f"a rank-{rank} 2-bit stage's levels.query_shift must be ({rank},); got {tuple(shift.shape)}")
-        return SignMagnitude(rotation, **levels, query_shift=None if shift is None else shift.float().contiguous())
+        return SignMagnitude(rotation, **levels, query_shift=stored_query_shift(tensors, "levels.query_shift", rank, 2))
+
+
+def stage_queries(y: torch.Tensor, query_shift: torch.Tensor | None, rotation: Rotation | None) -> torch.Tensor:
+    """Projected queries ``y`` as a multi-bit stage scores them: shifted by its ``query_shift`` (when set) and
+    rotated without the centring."""
+    y = y if query_shift is None else y + query_shift
+    return y if rotation is None else rotation.queries(y)
+
+
+def stored_query_shift(tensors: dict[str, torch.Tensor], key: str, rank: int, bits: int) -> torch.Tensor | None:
+    """A rank-``rank`` ``bits``-bit stage's saved query shift under ``key`` (None in files from before it);
+    ``ValueError`` for a shape other than (rank,)."""
+    shift = tensors.get(key)
+    if shift is not None and tuple(shift.shape) != (rank,):
+        raise ValueError(f"a rank-{rank} {bits}-bit stage's {key} must be ({rank},); got {tuple(shift.shape)}")
+    return None if shift is None else shift.float().contiguous()
 
 
 def lift(z: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:

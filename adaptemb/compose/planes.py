@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from adaptemb.compose.levels import stage_queries, stored_query_shift
 from adaptemb.compose.rotation import Rotation
 
 MAGNITUDE_BITS = 2
@@ -59,8 +60,7 @@ class SignAdditiveMagnitude:
         return lift_planes(z, self.magnitudes(), magnitude_patterns())
 
     def queries(self, y: torch.Tensor) -> torch.Tensor:
-        y = y if self.query_shift is None else y + self.query_shift
-        q = y if self.rotation is None else self.rotation.queries(y)
+        q = stage_queries(y, self.query_shift, self.rotation)
         return torch.cat([q * weight for weight in self.weights], dim=1)
 
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -72,14 +72,12 @@ class SignAdditiveMagnitude:
     @staticmethod
     def from_tensors(tensors: dict[str, torch.Tensor], rank: int, rotation: Rotation | None) -> SignAdditiveMagnitude:
         """The weights saved by ``tensors()``; ``ValueError`` for a missing or wrong-shaped one."""
-        weights, shift = tensors.get("planes.weights"), tensors.get("planes.query_shift")
+        weights = tensors.get("planes.weights")
         if weights is None or tuple(weights.shape) != (MAGNITUDE_BITS + 1, rank):
             got = "missing" if weights is None else tuple(weights.shape)
             raise ValueError(f"a rank-{rank} 3-bit stage needs planes.weights ({MAGNITUDE_BITS + 1}, {rank}); got {got}")
-        if shift is not None and tuple(shift.shape) != (rank,):
-            raise ValueError(f"a rank-{rank} 3-bit stage's planes.query_shift must be ({rank},); got {tuple(shift.shape)}")
         return SignAdditiveMagnitude(rotation, weights.float().contiguous(),
-                                     None if shift is None else shift.float().contiguous())
+                                     stored_query_shift(tensors, "planes.query_shift", rank, 3))
 
 
 def design(patterns: torch.Tensor) -> torch.Tensor:

@@ -54,7 +54,7 @@ def stage_tensors(stages: dict[int, Stage], lists_unrotated: bool) -> dict[str, 
                  if lists_unrotated and rotation_of(transform) is None]
     if unrotated:  # absent from files before query choices, and from those with none
         state["unrotated_widths"] = torch.tensor(unrotated, dtype=torch.int64)
-    two_bit = [width for width, (transform, _) in sorted(stages.items()) if isinstance(transform, SignMagnitude)]
+    two_bit = [width for width, (transform, _) in sorted(stages.items()) if bits_of(transform) == 2]
     if two_bit:  # absent from files before 2-bit stages, and from those with none
         state["two_bit_widths"] = torch.tensor(two_bit, dtype=torch.int64)
     three_bit = [width for width, (transform, _) in sorted(stages.items()) if bits_of(transform) == 3]
