@@ -124,9 +124,9 @@ class Router:
         out = np.empty((len(queries), nprobe), np.int32)
         basis = None if self.basis is None else torch.from_numpy(self.basis)
         centroids = torch.from_numpy(self.centroids).T
-        for start in range(0, len(queries), ROUTE_BLOCK):
-            block = torch.from_numpy(np.ascontiguousarray(queries[start : start + ROUTE_BLOCK], dtype=np.float32))
-            with torch.inference_mode(), compute_threads(1):
+        with torch.inference_mode(), compute_threads(1):
+            for start in range(0, len(queries), ROUTE_BLOCK):
+                block = torch.from_numpy(np.ascontiguousarray(queries[start : start + ROUTE_BLOCK], dtype=np.float32))
                 scores = (block if basis is None else block @ basis) @ centroids
                 if nprobe == self.cells:
                     out[start : start + len(block)] = np.argsort(-scores.numpy(), axis=1, kind="stable")

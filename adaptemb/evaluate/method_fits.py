@@ -63,7 +63,7 @@ def refit_budgets(compressor: Compressor, ks: list[int]) -> list[int]:
 
 def fit_ahead(ctx: RunContext, names: list[str], budgets_of: Any) -> None:
     """Fit every method of ``names``, their refits and the compositions that share a projection, on worker processes
-    when more than one core is free (``BenchConfig.fit_workers``); the fits are kept in ``ctx.ahead`` and their
+    when the machine has more than one core (``BenchConfig.fit_workers``); the fits are kept in ``ctx.ahead`` and their
     steps in the step log. ``budgets_of(name, compressor)`` gives the budgets a fitted method is benched at."""
     cores = fixed_threads() or physical_cores()
     workers, threads = plan_workers(ctx.config.fit_workers, cores, choose_threads(), len(names), ctx.device)
