@@ -112,8 +112,9 @@ class StraightThroughDecode(torch.autograd.Function):
         ctx.low, ctx.sparse = low, None
         ctx.save_for_backward(None if dropout is None else dropout.factors, decoder)
         with torch.autocast(device_type=device, enabled=False):
-            if device == "cpu" and np.count_nonzero(active.numpy()) <= SPARSE_DECODE_DENSITY * active.numel():
-                ctx.sparse = _csr_code(active, scale)
+            positions = np.flatnonzero(active.numpy()) if device == "cpu" else None
+            if positions is not None and len(positions) <= SPARSE_DECODE_DENSITY * active.numel():
+                ctx.sparse = _csr_code(positions, active.shape, scale)
                 return torch.from_numpy(ctx.sparse @ decoder.detach().numpy()) + bias
             dtype = low or torch.float32
             code = active.to(dtype).mul_(scale)
@@ -136,10 +137,10 @@ class StraightThroughDecode(torch.autograd.Function):
         return grad_s, None, None, grad_decoder, grad_bias
 
 
-def _csr_code(active: torch.Tensor, scale: float) -> scipy.sparse.csr_array:
-    """The (n, h) CSR matrix with ``scale`` at the ``True`` entries of ``active`` (a CPU bool tensor)."""
-    n, h = active.shape
-    rows, cols = np.divmod(np.flatnonzero(active.numpy()), h)
+def _csr_code(positions: np.ndarray, shape: tuple[int, ...], scale: float) -> scipy.sparse.csr_array:
+    """The (n, h) CSR matrix with ``scale`` at the flat ``positions`` (ascending) of the code's active entries."""
+    n, h = shape
+    rows, cols = np.divmod(positions, h)
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
     return scipy.sparse.csr_array((np.full(len(cols), scale, dtype=np.float32), cols, indptr), shape=(n, h))
