@@ -22,20 +22,27 @@ sys.path.insert(0, str(Path(__file__).parent))
 from compose_frontier import dataset
 
 import adaptemb
-from adaptemb.evaluate.metrics import ndcg_at_k
+from adaptemb.evaluate import ndcg_at_k, neighbour_recall_at_k
+from adaptemb.ranking import exact_top_k
 
 torch.set_num_threads(1)
 which = sys.argv[1]
 budgets = [32, 48, 64]
 
 
-def unit(a: np.ndarray) -> np.ndarray:
-    return a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+def float_top10(queries: np.ndarray, docs: np.ndarray) -> np.ndarray:
+    """Each query's exact top-10 documents by cosine."""
+    unit = [adaptemb.unit_rows(torch.from_numpy(np.asarray(a, dtype=np.float32))).numpy() for a in (queries, docs)]
+    return exact_top_k(unit[0], unit[1], 10)
+
+
+def float_recall(ids: np.ndarray, truth: np.ndarray) -> float:
+    return float(neighbour_recall_at_k(ids, truth, 10).mean())
 
 
 if which in ("default", "wordnet-examples-768"):
     data = dataset(which, 5000, 0) if which != "default" else dataset("default", 0, 0)
-    truth = np.argsort(-(unit(data.queries) @ unit(data.corpus).T), axis=1)[:, :10]
+    truth = float_top10(data.queries, data.corpus)
     for head in (0, 4, 8, 16, -1):
         for seed in (0, 1, 2):
             if head == -1:
@@ -45,19 +52,15 @@ if which in ("default", "wordnet-examples-768"):
             comp = adaptemb.fit(data.corpus, "svd+binary", byte_budgets=budgets, bits_per_dim=1, **params)
             res = {}
             for b in budgets:
-                codes = comp.encode(data.corpus, bytes=b)
-                ids = comp.index(codes, device="cpu").search(data.queries, 10)[1]
-                nd = float(ndcg_at_k(ids, data.qrels, 10).mean())
-                fr = float(np.mean([len(set(a) & set(t)) / 10 for a, t in zip(ids, truth)]))
-                res[b] = (round(nd, 4), round(fr, 4))
+                ids = comp.index(comp.encode(data.corpus, bytes=b), device="cpu").search(data.queries, 10)[1]
+                res[b] = (round(float(ndcg_at_k(ids, data.qrels, 10).mean()), 4), round(float_recall(ids, truth), 4))
             print(which, "head", head, "seed", seed, res, flush=True)
 else:
-    x = np.load(f"/work/data/debian-corpus/{which}.npy", mmap_mode="r"); n = len(x)
-    fit = np.asarray(x[:50000], dtype=np.float32); docs = np.asarray(x[:100000], dtype=np.float32)
-    queries = np.asarray(x[n - 1000:], dtype=np.float32)
-    truth = np.argsort(-(unit(queries) @ unit(docs).T), axis=1)[:, :10]
+    x = np.load(f"/work/data/debian-corpus/{which}.npy", mmap_mode="r")
+    fit, docs, queries = (np.array(rows, dtype=np.float32) for rows in (x[:50000], x[:100000], x[len(x) - 1000:]))
+    truth = float_top10(queries, docs)
     for head in (0, 4, 8, 16):
         comp = adaptemb.fit(fit, "svd+binary", byte_budgets=[32], bits_per_dim=1, rotation="itq-tail",
                             itq_tail_unrotated=head, itq_iterations=20, seed=0)
         ids = comp.index(comp.encode(docs, bytes=32)).search(queries, 10)[1]
-        print(which, "head", head, round(float(np.mean([len(set(a) & set(t)) / 10 for a, t in zip(ids, truth)])), 4), flush=True)
+        print(which, "head", head, round(float_recall(ids, truth), 4), flush=True)
