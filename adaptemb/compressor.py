@@ -218,6 +218,14 @@ class CompressorCore(Capabilities, ABC):
             raise _nothing_fits(self, nbytes)
         return budget
 
+    def budget_start(self, k: int) -> CompressorCore | None:
+        """An unfitted compressor of this method and config for budget ``k`` that starts from this fit (``fit`` it
+        on the same rows), or None (the default: nothing carries over; fit a new one with ``k``). A method fitted
+        for one budget at a time overrides this when part of a fit serves other budgets as a starting point (opq:
+        its rotation); ``adaptemb bench`` refits per budget through it."""
+        self._require_fitted()
+        return None
+
     def details(self) -> dict[str, Any]:
         """What a fitted compressor holds beyond its config and budgets, for people (``adaptemb info``): JSON-ready
         values, e.g. csr's measured choice of k and value bits per byte budget. None by default."""

@@ -42,12 +42,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from arguments import integers  # sibling benchmark modules (benchmarks/ is on sys.path)
 from records import append_record
 
-BEFORE = {"opq_rows_per_centroid": None, "opq_first_pq_iterations": 40, "train_iterations": 4}
+BEFORE = {"opq_rows_per_centroid": None, "opq_first_pq_iterations": 40, "train_iterations": 4, "budget_start_iterations": None}
 """opq's training before this benchmark's change: the rotation on every row (8,000 here; faiss' own cap is
-65,536), faiss' 40 first-alternation k-means iterations, and the final codebooks left at faiss' OPQ loop's 4."""
+65,536), faiss' 40 first-alternation k-means iterations, the final codebooks left at faiss' OPQ loop's 4, and every
+budget's rotation trained from a random start (the bench's refits now start from the first fit's, ``budget_start``)."""
 
 
-FIT_REPORT = ("threads", "rotation_train_rows", "rotation_s", "codebooks_s")
+FIT_REPORT = ("threads", "rotation_train_rows", "rotation_s", "codebooks_s", "rotation_start")
 """What each row keeps of opq's fit report: faiss threads, rows the rotation trained on, seconds of each phase."""
 
 

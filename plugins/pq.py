@@ -40,6 +40,7 @@ _FAISS_SEED = 1234  # faiss' own default k-means seed: seed=0 reproduces faiss r
 OPQ_ROWS_PER_CENTROID: int | None = None
 OPQ_FIRST_PQ_ITERATIONS = 10
 OPQ_TRAIN_ITERATIONS = 4
+OPQ_BUDGET_START_ITERATIONS = 3
 
 
 class PQCodes(FaissCodes):
@@ -92,6 +93,10 @@ class OPQConfig(PQConfig):
     train_iterations: int = Field(
         OPQ_TRAIN_ITERATIONS, ge=1, description="k-means iterations per sub-quantiser of the final codebooks on every "
         "rotated row, started from the rotation loop's last codebooks (the PQ faiss' OPQ shares: 4, its niter_pq).")
+    budget_start_iterations: int | None = Field(
+        OPQ_BUDGET_START_ITERATIONS, ge=1, description="Alternations of a fit for another budget that starts from this "
+        "fit's rotation (``budget_start``: how ``adaptemb bench`` refits opq per budget) instead of opq_iterations "
+        "from a random one; None: fits for other budgets start from a random rotation.")
 
 
 class PQCompressor(FaissCompressor):
@@ -105,6 +110,8 @@ class PQCompressor(FaissCompressor):
     test_params: ClassVar[dict[str, Any]] = {"nbits": 4, "k": 8}
     config: PQConfig
     rotate: ClassVar[bool] = False
+    _start_rotation: np.ndarray | None = None
+    """(opq) The rotation its training starts from (``OPQCompressor.budget_start``); None: faiss' random one."""
 
     def factory_string(self, dim: int | None = None) -> str:
         """The faiss factory string this configuration trains, e.g. ``"PQ32"`` or ``"OPQ32,PQ32x4"``."""
@@ -151,7 +158,8 @@ class PQCompressor(FaissCompressor):
             start = time.perf_counter()
             if self.rotate:
                 sample = self._train_rotation(faiss.downcast_VectorTransform(index.chain.at(0)), pq, rows)
-                report.update(rotation_train_rows=sample, rotation_s=time.perf_counter() - start)
+                report.update(rotation_train_rows=sample, rotation_s=time.perf_counter() - start,
+                              rotation_start="given" if self._start_rotation is not None else "random")
             start = time.perf_counter()
             index.train(rows)  # (after a trained rotation: the codebooks alone, on every rotated row)
             report["codebooks_s"] = time.perf_counter() - start
@@ -171,6 +179,9 @@ class PQCompressor(FaissCompressor):
         assert isinstance(config, OPQConfig)
         opq.niter = config.opq_iterations
         opq.niter_pq_0 = config.opq_first_pq_iterations
+        if self._start_rotation is not None:  # faiss' OPQMatrix.train continues from a rotation it is given
+            faiss.copy_array_to_vector(np.ascontiguousarray(self._start_rotation).ravel(), opq.A)
+            opq.niter = config.budget_start_iterations or config.opq_iterations
         per_centroid = config.opq_rows_per_centroid
         # rows per centroid, or per dimension where d exceeds the centroids (the d x d rotation needs them)
         limit = len(rows) if per_centroid is None else per_centroid * max(2**config.nbits, rows.shape[1])
@@ -228,6 +239,18 @@ class OPQCompressor(PQCompressor):
     test_params: ClassVar[dict[str, Any]] = {"nbits": 4, "k": 8, "opq_iterations": 4}
     config: OPQConfig
     rotate: ClassVar[bool] = True
+
+    def budget_start(self, k: int) -> OPQCompressor | None:
+        """opq for ``k`` sub-quantisers whose rotation training starts from this fit's rotation and runs
+        ``budget_start_iterations`` alternations (the codebooks train anew): ``adaptemb bench``'s refits per budget.
+        None when ``budget_start_iterations`` is None."""
+        self._require_fitted()
+        assert self._rotation is not None
+        if self.config.budget_start_iterations is None:
+            return None
+        start = OPQCompressor(**{**self.config.model_dump(), "k": k})
+        start._start_rotation = self._rotation.numpy()
+        return start
 
 
 class PQIndex(FaissCodesIndex):

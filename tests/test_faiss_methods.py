@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import adaptemb
-from adaptemb.errors import CorruptFileError, InvalidConfigError
+from adaptemb.errors import CorruptFileError, InvalidConfigError, NotFittedError
 
 DOCS, QUERIES = 1000, 100
 
@@ -121,6 +121,36 @@ def test_opq_trains_faiss_opq(real: tuple[np.ndarray, np.ndarray], tmp_path: Pat
     np.testing.assert_allclose(scores, queries @ model.decode(codes).T, rtol=1e-4, atol=1e-4)
     loaded = adaptemb.load(model.save(tmp_path / "opq.safetensors"))
     np.testing.assert_array_equal(loaded.encode(docs).codes, codes.codes)
+
+
+@pytest.mark.slow
+def test_opq_budget_start_continues_the_fitted_rotation(real: tuple[np.ndarray, np.ndarray]) -> None:
+    """``budget_start(k)``: opq for another M whose rotation training continues from the fitted rotation for
+    ``budget_start_iterations`` alternations (faiss' OPQMatrix keeps a rotation it is given), not from a random one."""
+    docs, _ = real
+    params = {"k": 8, "nbits": 4, "opq_iterations": 2, "seed": 0}
+    first = adaptemb.fit(docs[:900], "opq", **params)
+    start = first.budget_start(16)
+    assert start is not None and not start.is_fitted and start.config.k == 16 and start.config.budget_start_iterations == 3
+    start.fit(docs[:900])
+    fresh = adaptemb.fit(docs[:900], "opq", **{**params, "k": 16})
+    assert start.fit_report["rotation_start"] == "given" and fresh.fit_report["rotation_start"] == "random"
+    assert start.encode(docs[:5]).bytes_per_vector == 8  # 16 codes of 4 bits
+    # the fitted rotation is where faiss' training starts: another first fit starts elsewhere, and a random start
+    # (faiss' fixed-seed one) with as many alternations ends elsewhere too
+    other_first = adaptemb.fit(docs[:900], "opq", **{**params, "seed": 1})
+    other_start = other_first.budget_start(16)
+    assert other_start is not None
+    other_start.fit(docs[:900])
+    random_start = adaptemb.fit(docs[:900], "opq", **{**params, "k": 16, "opq_iterations": 3})
+    rotation = start.state_tensors()["rotation"].numpy()
+    for model in (other_start, random_start):
+        assert not np.allclose(model.state_tensors()["rotation"].numpy(), rotation, atol=1e-3)
+    assert adaptemb.get_compressor("opq", **params, budget_start_iterations=None).fit(docs[:900]).budget_start(16) is None
+    again = first.budget_start(16).fit(docs[:900])  # deterministic with a seed
+    np.testing.assert_array_equal(again.encode(docs).codes, start.encode(docs).codes)
+    with pytest.raises(NotFittedError):
+        adaptemb.get_compressor("opq", **params).budget_start(16)
 
 
 @pytest.mark.slow

@@ -37,13 +37,15 @@ MAX_FIT_WORKERS = 4
 @dataclass
 class FitJob:
     """One fit: ``key`` identifies it for the caller; ``projection`` is a fitted projection a composition reuses
-    (``reuse_projection``), fitted in ``shared_s`` seconds."""
+    (``reuse_projection``), ``start`` an unfitted compressor to fit instead of one made from ``params`` (a refit that
+    starts from the method's first fit, ``Compressor.budget_start``); either was fitted in ``shared_s`` seconds."""
 
     key: Hashable
     name: str
     params: dict[str, Any]
     projection: Compressor | None = None
     shared_s: float = 0.0
+    start: Compressor | None = None
 
 
 @dataclass
@@ -158,7 +160,7 @@ def _fit_job(job: FitJob) -> _Fitted:
     threadpool_limits(_INHERITED.threads)  # numpy's and faiss' BLAS and OpenMP pools: one share of the cores each
     started, cpu_started = time.perf_counter(), time.process_time()
     try:
-        compressor = get_compressor(job.name, **job.params)
+        compressor = job.start if job.start is not None else get_compressor(job.name, **job.params)
         if job.projection is not None:
             compressor.reuse_projection(job.projection)  # type: ignore[attr-defined]
         compressor.fit(_INHERITED.corpus, **supervision_for(compressor, _INHERITED.supervision))

@@ -80,8 +80,7 @@ def fit_ahead(ctx: RunContext, names: list[str], budgets_of: Any) -> None:
             return []
         if done.compressor is None:  # fitted again in-process later; so are its refits and compositions
             return []
-        jobs = [FitJob((name, k), name, {**done.job.params, "k": k})
-                for k in refit_budgets(done.compressor, budgets_of(name, done.compressor))]
+        jobs = [_refit_job(done, k) for k in refit_budgets(done.compressor, budgets_of(name, done.compressor))]
         for other, part in waiting.items():
             if part == name:
                 jobs.append(_composition_job(other, done, ctx))
@@ -106,6 +105,17 @@ def _trained_first(name: str) -> bool:
     main_job_time)."""
     fields = get_registry().get(name).Config.model_fields
     return "epochs" not in fields and "steps" not in fields
+
+
+def _refit_job(first: FitOutcome, k: int) -> FitJob:
+    """The refit of ``first``'s method for budget ``k``: from ``first``'s fit where the method starts one there
+    (``budget_start``; its time then includes ``first``'s), else a new fit."""
+    assert first.compressor is not None
+    name, params = first.job.name, {**first.job.params, "k": k}
+    start = first.compressor.budget_start(k)
+    if start is None:
+        return FitJob((name, k), name, params)
+    return FitJob((name, k), name, params, shared_s=first.job.shared_s + first.seconds, start=start)
 
 
 def _composition_job(name: str, projection: FitOutcome, ctx: RunContext) -> FitJob:
@@ -133,12 +143,23 @@ def _take(name: str, k: int | None, params: dict[str, Any], ctx: RunContext) -> 
         compressor = done.compressor
         if done.job.projection is not None:
             _note_shared(compressor, done.job.projection.name, done.job.shared_s, ctx)
+        if done.job.start is not None:
+            _note_started(name, k, done.job.shared_s, ctx)
         _note_supervision(compressor, ctx)
         return compressor, done.job.shared_s + done.seconds
     if k is None:
         ctx.steps.start("fit", f"{name}: fit on {len(ctx.corpus):,} × {ctx.corpus.shape[1]}", method=name)
+    started = ctx.fitted[name].budget_start(k) if k is not None and name in ctx.fitted else None
+    if started is not None:
+        _note_started(name, k, ctx.fit_seconds[name], ctx)
+        return started, ctx.fit_seconds[name] + _fit(started, ctx)
     compressor = get_compressor(name, **params)
     return compressor, _share_projection(compressor, ctx) + _fit(compressor, ctx)
+
+
+def _note_started(name: str, k: int | None, seconds: float, ctx: RunContext) -> None:
+    ctx.notes.append(f"{name}: the k={k} fit starts from its first fit (budget_start); its fit time includes that "
+                     f"fit's {seconds:.1f}s")
 
 
 def _share_projection(compressor: Compressor, ctx: RunContext) -> float:
