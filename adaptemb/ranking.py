@@ -149,4 +149,8 @@ def neighbour_recall_at_k(ranked_ids: np.ndarray, exact_ids: np.ndarray, k: int 
     ids, exact = np.asarray(ranked_ids), np.asarray(exact_ids)
     if ids.shape[0] != exact.shape[0] or min(ids.shape[1], exact.shape[1]) < k:
         raise ValueError(f"need (q, >={k}) ids on both sides; got {ids.shape} and {exact.shape}")
-    return np.array([len(np.intersect1d(a[:k], b[:k])) / k for a, b in zip(ids, exact)])
+    found = np.sort(ids[:, :k], axis=1)  # each distinct id counted once, as a set intersection counts it
+    first = np.ones(found.shape, dtype=bool)
+    first[:, 1:] = found[:, 1:] != found[:, :-1]
+    hits = (found[:, :, None] == exact[:, None, :k]).any(axis=2) & first
+    return hits.sum(axis=1) / k

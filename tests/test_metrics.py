@@ -88,6 +88,10 @@ def test_neighbour_recall_by_hand() -> None:
     # row 0: {1,2,3} ∩ {3,2,9} = {2,3} -> 2/3; row 1: {4,5,6} ∩ {7,8,9} = {} -> 0
     got = neighbour_recall_at_k(np.array([[1, 2, 3], [4, 5, 6]]), np.array([[3, 2, 9], [7, 8, 9]]), k=3)
     assert got == pytest.approx([2 / 3, 0.0])
+    # an id repeated in a list (e.g. -1 padding) counts once, as in a set: {1, -1} ∩ {1, -1, 7} -> 2/3; only the
+    # first k of each list count
+    got = neighbour_recall_at_k(np.array([[1, 1, -1, 7]]), np.array([[-1, 1, -1, 9]]), k=3)
+    assert got == pytest.approx([2 / 3])
 
 
 def test_one_nn_accuracy_by_hand() -> None:

@@ -85,9 +85,15 @@ class SortedValues:
             sizes = np.diff(edges, axis=1)
             books = np.where(sizes > 0, (self.prefix[edges[:, 1:]] - self.prefix[edges[:, :-1]]) / np.maximum(sizes, 1),
                              books)
-        if dim > 1:
-            books[counts < levels] = fit_codebook(v, np.zeros(len(v), np.int64), 1, levels)[0]
+        scarce = counts < levels
+        if dim > 1 and scarce.any():
+            books[scarce] = self._pooled.codebook(levels)[0]
         return np.sort(books, axis=1).astype(np.float32)
+
+    @cached_property
+    def _pooled(self) -> SortedValues:
+        """Every value as one feature's (the codebook of features seen too rarely), sorted once for every width."""
+        return SortedValues(self.v, np.zeros(len(self.v), np.int64), 1)
 
 
 def range_codebook(values: np.ndarray, features: np.ndarray, dim: int) -> np.ndarray:
