@@ -78,13 +78,19 @@ def methods_table(result: dict[str, Any]) -> list[str]:
         cells = [_cell(best.get((method, b)), b, top[b]) for b in budgets]
         larger = [r for r in rows if r["method"] == method and r["bytes_per_vector"] > budgets[-1]]
         cells.append(_cell(min(larger, key=lambda r: r["bytes_per_vector"]), -1, None) if larger else "")
-        lines.append(f"| {method} | " + " | ".join(cells) + f" | {_fit_seconds(rows, method)} |")
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {_fit_seconds(result, method)} |")
     return lines
 
 
-def _fit_seconds(rows: list[Row], method: str) -> str:
-    """The method's fit seconds: one number when one fit served every row, else their sum and count."""
-    fits = [r["fit_s"] for r in rows if r["method"] == method and r.get("fit_s") is not None]
+def _fit_seconds(result: dict[str, Any], method: str) -> str:
+    """The method's fit seconds, as the bench's summary gives them: each of its own fits once (the run's ``steps``;
+    a refit that starts from the first fit, or a composition on a shared projection, counts its own seconds), their
+    sum and count where there are several. Records without steps: the rows' fit seconds (one number when one fit
+    served every row)."""
+    steps = [s["seconds"] for s in result.get("steps", []) if s["kind"] == "fit" and s.get("method") == method]
+    if steps:
+        return f"{steps[0]:.1f}" if len(steps) == 1 else f"{sum(steps):.1f} ({len(steps)} fits)"
+    fits = [r["fit_s"] for r in result["rows"] if r["method"] == method and r.get("fit_s") is not None]
     if not fits:
         return "—"
     return f"{fits[0]:.1f}" if len(set(fits)) == 1 else f"{sum(fits):.1f} ({len(fits)} fits)"
