@@ -20,8 +20,8 @@ built (the shards' job, the compressor, the settings), so running the same build
 at the first step or shard not finished, and a different build into the same place is refused.
 
 Memory: a fixed part, and the codes once. Fixed: one shard of codes at a time, mapped and assigned
-``adaptemb.ann.cells.BLOCK_ROWS`` rows at a time; the k-means sample (``AnnConfig.sample`` codes, and mapped:
-sample x routing dims x 4 bytes, 102 MB at the defaults); the centroids; the calibration queries (their cells
+``adaptemb.ann.cells.BLOCK_ROWS`` rows at a time; the k-means sample as codes (``AnnConfig.sample`` rows, mapped
+to the routing space a part at a time: ``adaptemb.ann.cells.train_centroids``); the centroids; the calibration queries (their cells
 read back from ``assign/`` one shard at a time, with no lookup of every id). Per row: the calibration scan and
 the final copy read the memory-mapped rows (codes and ids). ``benchmarks/ann_shard_build.py`` measures both parts.
 """

@@ -13,8 +13,9 @@ Encodes the first ``--rows`` rows of a float32 ``.npy`` with a saved compressor 
 * the in-memory build, ``compressor.index(read_code_shards(...), ann=...)``: seconds and peak memory alike.
 
 ``sample_bytes`` is the k-means sample as mapped to the routing space (``AnnConfig.sample`` rows x routing dims x
-4 bytes), a fixed part of the peak; ``--cells`` / ``--routing-dims`` fix the settings so that two sizes differ in
-their rows alone (the slope of the peak per row; ``docs/ann.md``).
+4 bytes): a fixed part of the peak in records before ``train_centroids`` read the sample a part at a time (the
+build now holds the sample as codes); ``--cells`` / ``--routing-dims`` fix the settings so that two sizes differ
+in their rows alone (the slope of the peak per row; ``docs/guide.md``, "Building from encoded shards").
 
     python benchmarks/ann_shard_build.py --vectors /data/debian-corpus/static-256.npy \\
         --compressor /tmp/ann-bench-cache/static-256_csr_100000.safetensors --bytes 16 --rows 1000000

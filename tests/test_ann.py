@@ -165,3 +165,28 @@ def test_a_misspelled_setting_is_an_error_naming_the_valid_ones() -> None:
     csr, codes = fitted("csr")
     with pytest.raises(ValueError, match="ann must be 'auto', an AnnConfig or a dict"):
         csr.index(codes, ann="fast")
+
+
+def test_cells_train_on_the_sample_a_part_at_a_time() -> None:
+    """``train_centroids`` reads the mapped sample in parts (the coarse level's seeded subsample, assignment blocks,
+    one coarse cluster at a time), never whole, and trains the cells it was asked for, deterministically."""
+    from adaptemb.ann.cells import BLOCK_ROWS, COARSE_POINTS, train_centroids
+
+    rng = np.random.default_rng(0)
+    sample = rng.standard_normal((3 * BLOCK_ROWS, 16)).astype(np.float32)
+    sample /= np.linalg.norm(sample, axis=1, keepdims=True)
+    reads: list[int] = []
+
+    def rows(ids: np.ndarray) -> np.ndarray:
+        assert np.all(np.diff(ids) > 0)  # ascending, no repeats
+        reads.append(len(ids))
+        return sample[ids]
+
+    centroids = train_centroids(rows, len(sample), 256, seed=3, iterations=4)
+    assert centroids.shape == (256, 16)
+    np.testing.assert_allclose(np.linalg.norm(centroids, axis=1), 1.0, rtol=1e-5)
+    assert reads[0] == 16 * COARSE_POINTS  # sqrt(256) coarse clusters, 256 rows each
+    assert max(reads) < len(sample) and sum(reads[1:4]) == len(sample)  # then three assignment blocks
+    np.testing.assert_array_equal(centroids, train_centroids(rows, len(sample), 256, seed=3, iterations=4))
+    with pytest.raises(ValueError, match="cannot train 300 cells on 200 sample rows"):
+        train_centroids(rows, 200, 300)

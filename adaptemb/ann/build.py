@@ -78,8 +78,8 @@ def trained_router(compressor: Any, sample: Codes, basis_docs: Codes, scorer: Ce
     basis = routing_basis(vectors, settings.routing_dims, config.seed)
     width = vectors.shape[1] if basis is None else basis.shape[1]
     router = Router(None if basis is None else basis.astype(np.float16).astype(np.float32), np.zeros((1, width), np.float32))
-    mapped = router.map_codes(sample, scorer.doc_vectors)
-    centroids = train_centroids(mapped, settings.cells, seed=config.seed, iterations=config.iterations)
+    centroids = train_centroids(lambda ids: router.map_codes(sample[ids], scorer.doc_vectors), len(sample),
+                                settings.cells, seed=config.seed, iterations=config.iterations)
     return Router(router.basis, centroids.astype(np.float16).astype(np.float32))
 
 

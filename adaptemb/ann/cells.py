@@ -164,23 +164,39 @@ class Router:
         return ivf
 
 
-def train_centroids(sample: np.ndarray, cells: int, *, seed: int = 0, iterations: int = 10) -> np.ndarray:
-    """Unit centroids (cells, r) of the unit ``sample`` rows: spherical k-means (faiss ``Kmeans``) in two levels,
-    about sqrt(cells) coarse clusters, each split into a share of the cells in proportion to its rows (as faiss'
-    contrib ``two_level_clustering`` does, here with ``iterations`` at both levels)."""
-    if cells > len(sample):
-        raise ValueError(f"cannot train {cells} cells on {len(sample)} sample rows; use at most {len(sample)} cells")
-    sample = np.ascontiguousarray(sample, dtype=np.float32)
+COARSE_POINTS = 256
+"""Rows per coarse cluster the coarse level of ``train_centroids`` trains on (faiss' own cap,
+``max_points_per_centroid``: the rows beyond it would not be used)."""
+
+
+def train_centroids(rows: Callable[[np.ndarray], np.ndarray], n: int, cells: int, *, seed: int = 0,
+                    iterations: int = 10) -> np.ndarray:
+    """Unit centroids (cells, r) of ``n`` unit sample rows, read as ``rows(ids)`` (the mapped rows ``ids``, ascending):
+    spherical k-means (faiss ``Kmeans``) in two levels, about sqrt(cells) coarse clusters, each split into a share of
+    the cells in proportion to its rows (as faiss' contrib ``two_level_clustering`` does, here with ``iterations`` at
+    both levels). The sample is never read whole (an index build holds it as codes): the coarse level trains on a
+    seeded ``COARSE_POINTS`` rows per cluster, the rows are assigned to the coarse clusters ``BLOCK_ROWS`` at a time,
+    and each fine k-means reads its cluster's rows."""
+    if cells > n:
+        raise ValueError(f"cannot train {cells} cells on {n} sample rows; use at most {n} cells")
     if cells < 64:
-        return _kmeans(sample, cells, seed, iterations)
-    coarse = _kmeans(sample, int(np.sqrt(cells)), seed, iterations)
-    flat = faiss.IndexFlatIP(sample.shape[1])
+        return _kmeans(_float32(rows(np.arange(n))), cells, seed, iterations)
+    groups = int(np.sqrt(cells))
+    picked = np.arange(n) if n <= groups * COARSE_POINTS else np.sort(
+        np.random.default_rng(seed).choice(n, groups * COARSE_POINTS, replace=False))
+    coarse = _kmeans(_float32(rows(picked)), groups, seed, iterations)
+    flat = faiss.IndexFlatIP(coarse.shape[1])
     flat.add(coarse)
-    _, group = flat.search(sample, 1)
-    group = group[:, 0]
+    group = np.concatenate([flat.search(_float32(rows(np.arange(start, min(start + BLOCK_ROWS, n)))), 1)[1][:, 0]
+                            for start in range(0, n, BLOCK_ROWS)])
     shares = _shares(np.bincount(group, minlength=len(coarse)), cells)
-    parts = [_kmeans(sample[group == g], int(share), seed + g, iterations) for g, share in enumerate(shares) if share]
+    parts = [_kmeans(_float32(rows(np.flatnonzero(group == g))), int(share), seed + g, iterations)
+             for g, share in enumerate(shares) if share]
     return unit(np.concatenate(parts))
+
+
+def _float32(rows: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(rows, dtype=np.float32)
 
 
 def _kmeans(rows: np.ndarray, k: int, seed: int, iterations: int) -> np.ndarray:
