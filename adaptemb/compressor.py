@@ -218,7 +218,7 @@ class CompressorCore(Capabilities, ABC):
             raise _nothing_fits(self, nbytes)
         return budget
 
-    def budget_start(self, k: int) -> CompressorCore | None:
+    def budget_start(self: _Self, k: int) -> _Self | None:  # noqa: PYI019 (typing.Self is 3.11+; 3.10 is supported)
         """An unfitted compressor of this method and config for budget ``k`` that starts from this fit (``fit`` it
         on the same rows), or None (the default: nothing carries over; fit a new one with ``k``). A method fitted
         for one budget at a time overrides this when part of a fit serves other budgets as a starting point (opq:
