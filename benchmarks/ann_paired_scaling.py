@@ -38,6 +38,7 @@ from ann_recall_qps import (
     recall,
     timed,
 )
+from arguments import integers
 from records import write_record
 
 import adaptemb
@@ -45,15 +46,16 @@ from adaptemb.evaluate.machine import machine_info
 
 
 def reopened_ann(compressor: adaptemb.Compressor, codes: adaptemb.Codes, cache: Path,
-                 name: str) -> tuple[Any, float | None]:
-    """``compressor.index(codes, ann="auto")``, kept in ``cache`` under ``name`` plus its cell count (a rerun
-    reopens it: build seconds None)."""
-    cells = adaptemb.AnnConfig().resolved(len(codes), 1).cells
-    path = cache / f"{name}_auto{cells}.ann.safetensors"
+                 name: str, cells: int | None = None) -> tuple[Any, float | None]:
+    """``compressor.index(codes, ann="auto")`` (or with ``cells`` cells), kept in ``cache`` under ``name`` plus its
+    cell count (a rerun reopens it: build seconds None)."""
+    config = adaptemb.AnnConfig() if cells is None else adaptemb.AnnConfig(cells=cells)
+    resolved = config.resolved(len(codes), 1).cells
+    path = cache / f"{name}_{'auto' if cells is None else 'cells'}{resolved}.ann.safetensors"
     if path.is_file():
         return adaptemb.load_index(path), None
     start = time.perf_counter()
-    ann = compressor.index(codes, ann="auto")
+    ann = compressor.index(codes, ann=config)
     build_s = time.perf_counter() - start
     ann.save(path)
     return ann, build_s
@@ -86,10 +88,14 @@ def measure_method(method: str, args: argparse.Namespace, vectors: np.ndarray, s
     timed_exact = queries[: args.exact_queries]
     compressor = fitted(method, fit_rows, args.cache, args.split_key)
     sizes = {}
-    for rows in sorted({min(r, len(corpus)) for r in args.rows}):
+    all_rows = sorted({min(r, len(corpus)) for r in args.rows})
+    cells = args.cells or [None] * len(all_rows)
+    if len(cells) != len(all_rows):
+        raise SystemExit(f"--cells needs one count per size ({len(all_rows)}); got {len(cells)}")
+    for rows, size_cells in zip(all_rows, cells):
         codes = encoded(compressor, corpus, rows, args.cache, method, args.split_key)
         name = f"{args.split_key}_{method.replace('+', '_')}_{rows}"
-        ann, build_s = reopened_ann(compressor, codes, args.cache, name)
+        ann, build_s = reopened_ann(compressor, codes, args.cache, name, size_cells)
         exact = compressor.index(codes, device="cpu")
         exact_ids = exact.search(check, 10)[1]
         nprobe, found = operating_nprobe(ann, check, exact_ids)
@@ -135,6 +141,8 @@ def main() -> None:
     parser.add_argument("--exact-queries", type=int, default=500, help="queries of each timed exact search")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--note", default="", help="recorded as is (e.g. what else ran on the machine)")
+    parser.add_argument("--cells", type=integers, help="cells per size, in the order of the sizes (default: auto); "
+                        "the record's name then ends in _cells<counts>")
     args = parser.parse_args()
     adaptemb.set_threads(args.threads)
     faiss.omp_set_num_threads(args.threads)
@@ -147,7 +155,8 @@ def main() -> None:
                   "rounds": args.rounds,
                   **measure_method(method, args, vectors, split), "note": args.note, "load_before": load_before,
                   "load_after": list(os.getloadavg()), "machine": machine_info()}
-        write_record(RESULTS / f"ann_paired_{args.split_key}_{method.replace('+', '_')}.json", record)
+        suffix = "" if not args.cells else "_cells" + "_".join(map(str, args.cells))
+        write_record(RESULTS / f"ann_paired_{args.split_key}_{method.replace('+', '_')}{suffix}.json", record)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ The automatic choices (``AnnConfig.resolved``):
   svd+binary 32 B, 2,000 queries, 2 threads, the fewest probes reaching recall 0.95 against exact, searches
   alternated; ``benchmarks/results/ann_cells_static-256_990000.json``): at 990k rows 2,048 cells (n / 512) scanned
   a smaller share (csr 66 of 2,048 cells against 48 of 1,024) but searched at 0.90x the QPS of 1,024 for csr and
-  1.06x for svd+binary: routing and the per-cell costs eat what the smaller share saves, so ``sqrt(n)`` stays.
+  1.06x for svd+binary (0.75x and 1.03x on a quiet machine with svd+binary's itq-tail rotation,
+  ``ann_cells_paired_static-256_*_990000.json``): routing and the per-cell costs eat what the smaller share saves,
+  so ``sqrt(n)`` stays.
   With it the QPS at 0.95 fell 1.2-1.9x from 250k to 990k rows in paired runs on a busy machine, the exact
   scan's 2.4-4.6x (``benchmarks/ann_paired_scaling.py``). At 250k, 1,024 cells took more CPU than 512 for both kinds (one thread,
   timed apart: csr 0.32 against 0.25 s, svd+binary 0.49 against 0.45 s for 2,000 queries);
