@@ -24,6 +24,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from adaptemb.evaluate import fits_by_method
+
 Row = dict[str, Any]
 
 
@@ -87,7 +89,7 @@ def _fit_seconds(result: dict[str, Any], method: str) -> str:
     a refit that starts from the first fit, or a composition on a shared projection, counts its own seconds), their
     sum and count where there are several. Records without steps: the rows' fit seconds (one number when one fit
     served every row)."""
-    steps = [s["seconds"] for s in result.get("steps", []) if s["kind"] == "fit" and s.get("method") == method]
+    steps = fits_by_method(result.get("steps", [])).get(method)
     if steps:
         return f"{steps[0]:.1f}" if len(steps) == 1 else f"{sum(steps):.1f} ({len(steps)} fits)"
     fits = [r["fit_s"] for r in result["rows"] if r["method"] == method and r.get("fit_s") is not None]

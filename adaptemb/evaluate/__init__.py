@@ -16,6 +16,7 @@ from adaptemb.evaluate.metrics import (
 )
 from adaptemb.evaluate.runner import BenchConfig, BenchResult, run_bench
 from adaptemb.evaluate.scale import ScaleConfig, run_scale, scaled_corpus
+from adaptemb.evaluate.steps import fits_by_method
 from adaptemb.ranking import neighbour_recall_at_k
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "RankingMetrics",
     "ScaleConfig",
     "evaluate_ranking",
+    "fits_by_method",
     "machine_info",
     "mrr_at_k",
     "ndcg_at_k",

@@ -11,7 +11,7 @@ rows a method has.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -98,3 +98,14 @@ class StepLog:
         if self.steps and not self.steps[-1].seconds:
             self.steps[-1].seconds = time.perf_counter() - self._started
             self.steps[-1].cpu_seconds = time.process_time() - self._cpu_started
+
+
+def fits_by_method(steps: Iterable[Mapping[str, Any]]) -> dict[str, list[float]]:
+    """Each method's fit seconds, one entry per fit in run order, from the steps as ``StepLog.finish`` returns them
+    (``BenchResult.steps``, results.json): a refit that starts from the first fit and a composition on a shared
+    projection count their own seconds only (the summary's time per fit, the results tables' fit column)."""
+    fits: dict[str, list[float]] = {}
+    for step in steps:
+        if step["kind"] == "fit" and step.get("method") is not None:
+            fits.setdefault(step["method"], []).append(step["seconds"])
+    return fits

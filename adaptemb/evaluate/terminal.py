@@ -30,6 +30,7 @@ from adaptemb.evaluate.columns import (
 from adaptemb.evaluate.context import BenchResult
 from adaptemb.evaluate.machine import describe
 from adaptemb.evaluate.metrics import Row
+from adaptemb.evaluate.steps import fits_by_method
 
 
 def _table(title: str, columns: list[tuple[str, str, str]], rows: list[Row] | list[list[Row]],
@@ -96,11 +97,8 @@ def print_summary(result: BenchResult, files: dict[str, Path], console: Console 
     """Time per fit (from the run's steps; a shared fit is named once), the whole run, the notes' count and where
     the files are."""
     console = console or Console()
-    fits: dict[str, list[float]] = {}
-    for step in result.steps:
-        if step["kind"] == "fit":
-            fits.setdefault(step["method"], []).append(step["seconds"])
-    times = ", ".join(f"{m} {sum(s):.1f}s" + (f" ({len(s)} fits)" if len(s) > 1 else "") for m, s in fits.items())
+    times = ", ".join(f"{m} {sum(s):.1f}s" + (f" ({len(s)} fits)" if len(s) > 1 else "")
+                      for m, s in fits_by_method(result.steps).items())
     console.print(f"time per fit: {times}; whole run {result.total_s:.0f}s")
     if result.notes:
         many = len(result.notes) > 1
