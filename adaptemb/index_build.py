@@ -19,11 +19,15 @@ The work folder is ``<out>.building/``; every file in it is written atomically, 
 built (the shards' job, the compressor, the settings), so running the same build again after it was killed resumes
 at the first step or shard not finished, and a different build into the same place is refused.
 
-Memory: a fixed part, and the codes once. Fixed: one shard of codes at a time, mapped and assigned
-``adaptemb.ann.cells.BLOCK_ROWS`` rows at a time; the k-means sample as codes (``AnnConfig.sample`` rows, mapped
-to the routing space a part at a time: ``adaptemb.ann.cells.train_centroids``); the centroids; the calibration queries (their cells
-read back from ``assign/`` one shard at a time, with no lookup of every id). Per row: the calibration scan and
-the final copy read the memory-mapped rows (codes and ids). ``benchmarks/ann_shard_build.py`` measures both parts.
+Memory: none of it grows with the rows but the rows per cell of each shard (shards x cells int64; 4 MB at 10M rows
+in shards of 65,536). One shard of codes at a time, mapped and assigned
+``adaptemb.ann.cells.BLOCK_ROWS`` rows at a time; the sampled row numbers, drawn without a permutation of every row
+(``adaptemb.ann.build.distinct_rows``); the k-means sample as codes (``AnnConfig.sample`` rows, mapped to the
+routing space a part at a time: ``adaptemb.ann.cells.train_centroids``); the routing basis' Gram matrix, summed a
+block of sample queries at a time; the centroids; the calibration queries (their cells read back from ``assign/``
+one shard at a time, with no lookup of every id). The rows written in cell order are read memory-mapped a window at
+a time: the calibration's exact scan releases each window's pages after it (``AnnIndex._exact_search``), and the
+final copy reads the files through the page cache. ``benchmarks/ann_shard_build.py`` measures it.
 """
 
 from __future__ import annotations

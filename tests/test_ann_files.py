@@ -42,6 +42,25 @@ def test_save_then_load_gives_the_same_answers_memory_mapped(built: tuple, tmp_p
     assert loaded.bytes_per_vector == pytest.approx(ann.bytes_per_vector)
 
 
+def test_tune_on_a_mapped_index_scans_a_window_at_a_time_with_the_same_result(built: tuple, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calibration's exact scan of an index opened from its file reads a window of cells at a time and releases
+    its pages: many windows give the calibration and the answers that one window gives."""
+    import adaptemb.ann.index as ann_index
+
+    _, _, ann = built
+    _, queries = data()
+    loaded = adaptemb.load_index(ann.save(tmp_path / "ann.safetensors"))
+    whole = loaded.tune(queries[:300]).recall.copy()
+    windows: list[int] = []
+    release = loaded.store.release_pages
+    monkeypatch.setattr(loaded.store, "release_pages", lambda: (windows.append(1), release()))
+    monkeypatch.setattr(ann_index, "EXACT_WINDOW_BYTES", loaded.store.main.codes.row_nbytes // 10)
+    np.testing.assert_array_equal(loaded.tune(queries[:300]).recall, whole)
+    assert 10 <= len(windows) <= 11
+    np.testing.assert_array_equal(loaded.search(queries, 10, nprobe=6)[1], ann.search(queries, 10, nprobe=6)[1])
+
+
 def test_a_changed_index_saves_its_live_rows(built: tuple, tmp_path: Path) -> None:
     compressor, codes, _ = built
     _, queries = data()

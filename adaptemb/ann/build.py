@@ -13,7 +13,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,8 @@ from adaptemb.codes import Codes
 
 BASIS_QUERIES = 4096
 """Sample queries the routing basis is computed from."""
+BASIS_BLOCK = 512
+"""Sample queries made (and summed into the basis' Gram matrix) at a time."""
 
 
 def build_ann(compressor: Any, docs: Codes, ann: AnnConfig | str | dict, *, query_kind: str, budget: int | None,
@@ -64,23 +67,45 @@ def _build(compressor: Any, docs: Codes, config: AnnConfig, query_kind: str, bud
 
 def sample_rows(n: int, config: AnnConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(the sorted rows the cells are trained on, the positions among them of the routing basis' rows)."""
-    train = np.sort(rng.choice(n, size=min(config.sample, n), replace=False))
-    return train, np.sort(rng.choice(len(train), size=min(BASIS_QUERIES, len(train)), replace=False))
+    train = distinct_rows(n, min(config.sample, n), rng)
+    return train, distinct_rows(len(train), min(BASIS_QUERIES, len(train)), rng)
+
+
+def distinct_rows(n: int, size: int, rng: np.random.Generator) -> np.ndarray:
+    """``size`` distinct rows of ``range(n)``, uniformly at random, sorted, in memory that grows with ``size`` rather
+    than ``n`` (numpy's ``choice`` without replacement permutes all ``n`` rows when ``size`` is over n / 50): draws
+    with replacement, duplicates dropped and drawn again, where ``n`` is over ``4 * size``."""
+    if n <= 4 * size:
+        return np.sort(rng.choice(n, size=size, replace=False))
+    rows = np.unique(rng.integers(0, n, size))
+    while len(rows) < size:
+        rows = np.unique(np.concatenate([rows, rng.integers(0, n, size - len(rows))]))
+    return rows
 
 
 def trained_router(compressor: Any, sample: Codes, basis_docs: Codes, scorer: CellScorer, config: AnnConfig,
                    query_kind: str, budget: int | None, n: int) -> Router:
     """The routing basis (from queries made of ``basis_docs``) and k-means centroids of the ``sample`` rows, for an
     index of ``n`` rows (steps 1 and 2 of the module docstring)."""
-    stand_ins = stand_in_queries(compressor, basis_docs, scorer, query_kind, budget)
-    vectors = scorer.query_vectors(stand_ins) if stand_ins is not None else _dense(scorer.doc_vectors(basis_docs))
-    settings = config.resolved(n, vectors.shape[1])
-    basis = routing_basis(vectors, settings.routing_dims, config.seed)
-    width = vectors.shape[1] if basis is None else basis.shape[1]
+    blocks = basis_rows(compressor, basis_docs, scorer, query_kind, budget)
+    first = next(blocks)
+    settings = config.resolved(n, first.shape[1])
+    basis = routing_basis(itertools.chain([first], blocks), len(basis_docs), settings.routing_dims, config.seed)
+    width = first.shape[1] if basis is None else basis.shape[1]
     router = Router(None if basis is None else basis.astype(np.float16).astype(np.float32), np.zeros((1, width), np.float32))
     centroids = train_centroids(lambda ids: router.map_codes(sample[ids], scorer.doc_vectors), len(sample),
                                 settings.cells, seed=config.seed, iterations=config.iterations)
     return Router(router.basis, centroids.astype(np.float16).astype(np.float32))
+
+
+def basis_rows(compressor: Any, docs: Codes, scorer: CellScorer, query_kind: str,
+               budget: int | None) -> Iterator[np.ndarray]:
+    """The query-space rows the routing basis is computed from, ``BASIS_BLOCK`` documents at a time: the queries made
+    of ``docs`` (``stand_in_queries``), else the documents' own vectors."""
+    for start in range(0, len(docs), BASIS_BLOCK):
+        part = docs[start : start + BASIS_BLOCK]
+        made = stand_in_queries(compressor, part, scorer, query_kind, budget)
+        yield scorer.query_vectors(made) if made is not None else _dense(scorer.doc_vectors(part))
 
 
 def calibrate_on_rows(index: AnnIndex, held_docs: Codes, held_out: np.ndarray,
@@ -113,8 +138,10 @@ def held_out_rows(n: int, train: np.ndarray, count: int, rng: np.random.Generato
     """Up to ``count`` rows outside ``train`` (rows of ``train`` when every row trained the cells), sorted."""
     if count == 0 or n < 2:
         return np.zeros(0, np.int64)
-    rest = np.setdiff1d(np.arange(n), train) if len(train) < n else np.arange(n)
-    return np.sort(rng.choice(rest, size=min(count, len(rest)), replace=False))
+    if len(train) == n:
+        return distinct_rows(n, min(count, n), rng)
+    rest = distinct_rows(n - len(train), min(count, n - len(train)), rng)  # ranks among the rows outside train
+    return rest + np.searchsorted(train - np.arange(len(train)), rest, side="right")
 
 
 def _dense(rows: Any) -> np.ndarray:

@@ -11,19 +11,21 @@ belongs to the cell of its nearest centroid; a query probes the cells of its ``n
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import faiss
 import numpy as np
+import scipy.linalg
 import scipy.sparse as sp
 import torch
 
 from adaptemb.codes import Codes
 from adaptemb.threads import compute_threads
 
-BLOCK_ROWS = 8192
-"""Documents mapped (and assigned) at a time: bounds the (rows, r) float32 temporaries (8 MiB at r = 256). A
+BLOCK_ROWS = 4096
+"""Documents mapped (and assigned) at a time: bounds the (rows, r) float32 temporaries (4 MiB at r = 256). A
 row's mapping and cell do not depend on the rows mapped beside it (a cell's float64 sum only up to rounding)."""
 Vectors = Callable[[Codes], "np.ndarray | sp.csr_matrix"]
 """Codes -> their rows in the query codes' space (dense or CSR)."""
@@ -39,17 +41,38 @@ def dense_rows(codes: Codes) -> np.ndarray | sp.csr_matrix:
     return to_csr() if callable(to_csr) else np.asarray(codes.to_dense(), dtype=np.float32)
 
 
-def routing_basis(sample: np.ndarray, dims: int, seed: int = 0) -> np.ndarray | None:
-    """(qdim, r) orthonormal columns: the ``dims`` strongest directions (uncentred) of the ``sample`` query rows
-    (m, qdim), by a randomised SVD (``torch.svd_lowrank``: a range finder with power iterations, Halko et al.
-    2011); None when the queries have at most ``dims`` dimensions (they are used as they are)."""
-    if sample.shape[1] <= dims:
+def routing_basis(blocks: Iterable[np.ndarray], rows: int, dims: int, seed: int = 0) -> np.ndarray | None:
+    """(qdim, r) orthonormal columns: the ``dims`` strongest directions (uncentred) of ``rows`` sample query rows
+    given a block at a time (``blocks``: (m, qdim) each); None when the queries have at most ``dims`` dimensions
+    (they are used as they are). Where the queries have fewer dimensions than there are rows, the top eigenvectors
+    of their Gram matrix (qdim, qdim), summed a block at a time, so that the rows are never held together; else the
+    rows stacked, by a randomised SVD (``torch.svd_lowrank``: a range finder with power iterations, Halko et al.
+    2011). Each column's largest entry is positive."""
+    blocks = iter(blocks)
+    first = next(blocks)
+    qdim = first.shape[1]
+    if qdim <= dims:
         return None
+    if qdim < rows:
+        gram = np.zeros((qdim, qdim), np.float64)
+        for block in itertools.chain([first], blocks):
+            part = np.asarray(block, dtype=np.float64)
+            gram += part.T @ part
+        _, vectors = scipy.linalg.eigh(gram, subset_by_index=(qdim - dims, qdim - 1), overwrite_a=True,
+                                       check_finite=False, driver="evr")  # the top ``dims`` only (LAPACK dsyevr)
+        return _signed(vectors[:, ::-1])
+    sample = np.concatenate([first, *blocks]).astype(np.float32, copy=False)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        _, _, right = torch.svd_lowrank(torch.from_numpy(np.ascontiguousarray(sample, dtype=np.float32)),
-                                        q=min(dims + 8, *sample.shape), niter=2)
-    return np.ascontiguousarray(right[:, :dims].numpy(), dtype=np.float32)
+        _, _, right = torch.svd_lowrank(torch.from_numpy(np.ascontiguousarray(sample)), q=min(dims + 8, *sample.shape),
+                                        niter=2)
+    return _signed(right[:, :dims].numpy())
+
+
+def _signed(columns: np.ndarray) -> np.ndarray:
+    """``columns`` as float32, each flipped so that its entry of largest magnitude is positive."""
+    largest = columns[np.argmax(np.abs(columns), axis=0), np.arange(columns.shape[1])]
+    return np.ascontiguousarray(columns * np.where(largest < 0, -1.0, 1.0), dtype=np.float32)
 
 
 def unit(x: np.ndarray) -> np.ndarray:

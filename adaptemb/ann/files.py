@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from adaptemb.ann.store import CellStore
+from adaptemb.ann.store import CellStore, release_mapped
 from adaptemb.codes import Codes
 from adaptemb.errors import CorruptFileError
 from adaptemb.serialization import FORMAT_VERSION, INDEX_FORMAT, atomic_write, existing_file, write_tensors
@@ -105,7 +105,7 @@ def write_tensors_streamed(path: str | Path, tensors: dict[str, Any], metadata: 
 def _chunks(array: np.ndarray, chunk_bytes: int) -> Iterator[bytes]:
     """The bytes of ``array`` (C order), ``chunk_bytes`` at a time. A whole ``np.memmap`` of a file is read from
     the file itself (through the page cache, not mapped into this process: its pages do not count as this
-    process' memory)."""
+    process' memory); the pages of a view of one are released chunk by chunk."""
     if isinstance(array, np.memmap) and isinstance(array.base, mmap.mmap) and array.flags.c_contiguous:
         with open(array.filename, "rb") as source:
             source.seek(array.offset)
@@ -116,6 +116,7 @@ def _chunks(array: np.ndarray, chunk_bytes: int) -> Iterator[bytes]:
     step = max(1, chunk_bytes // max(flat.itemsize, 1))
     for start in range(0, len(flat), step):
         yield np.ascontiguousarray(flat[start : start + step]).tobytes()
+        release_mapped([array])  # a view of a mapped file: its pages read so far stop counting as this process'
 
 
 def is_ann_file(path: str | Path) -> bool:

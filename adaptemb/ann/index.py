@@ -33,6 +33,8 @@ from adaptemb.ranking import TopK
 
 EXACT_CHUNK_ROWS = 65536
 """Rows of one pseudo-cell when a small filter is searched exactly."""
+EXACT_WINDOW_BYTES = 4 << 20
+"""Bytes of codes (consecutive cells, at least one) a calibration's exact scan reads before it releases them."""
 
 
 class AnnIndex:
@@ -219,13 +221,27 @@ class AnnIndex:
         ranks = []
         for start in range(0, len(codes), self.config.query_batch):
             batch = codes[start : start + self.config.query_batch]
-            _, ids = self._search_codes(batch, min(k + extra, len(self)), self.cells, None)
+            _, ids = self._exact_search(batch, min(k + extra, len(self)))
             if exclude is not None:
                 ids = _drop_own(ids, exclude[start : start + len(batch)], k)
             order = self.router.route(self.scorer.query_vectors(batch), self.cells)
             ranks.append(routing_ranks(order, cells_of(ids)))
         mean, lower = recall_curves(np.concatenate(ranks), self.cells)
         return Calibration(mean, lower, k, len(codes), source)
+
+    def _exact_search(self, codes: Codes, k: int) -> TopK:
+        """Top-``k`` of query codes over every row, a window of cells at a time (``EXACT_WINDOW_BYTES`` of codes), the
+        window's memory-mapped pages released after its scan: an index opened from its file, or built from shards,
+        holds one window of its rows in memory during a calibration, not all of them."""
+        sizes = sum(np.diff(segment.offsets) for segment in self.store.segments)
+        row_bytes = max(1, self.store.main.codes.row_nbytes // max(len(self.store.main), 1))
+        window = np.cumsum(sizes * row_bytes) // EXACT_WINDOW_BYTES
+        found = []
+        for number in np.unique(window):
+            cells = np.flatnonzero(window == number).astype(np.int32)
+            found.append(self._scan(codes, np.ascontiguousarray(np.broadcast_to(cells, (len(codes), len(cells)))), k, None))
+            self.store.release_pages()
+        return merge_found(found, k)
 
     def _cells_of(self, ids: np.ndarray) -> np.ndarray:
         """The cell of each caller id in ``ids`` (queries, k); -1 stays -1."""

@@ -8,7 +8,9 @@ segments with the same probes.
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +51,10 @@ class Segment:
         alive = np.ones(len(self), np.uint8) if self.alive is None else self.alive.copy()
         alive[rows] = 0
         return replace(self, alive=alive)
+
+    def release_pages(self) -> None:
+        """Drop this process' resident pages of the segment's memory-mapped arrays (``release_mapped``)."""
+        release_mapped([*self.codes.to_arrays().values(), self.ids])
 
     @property
     def nbytes(self) -> int:
@@ -150,6 +156,10 @@ class CellStore:
         self.main, self.added = Segment.of(merged, np.concatenate(cells), self.n_cells, np.concatenate(ids)), None
         self._lookup = None
 
+    def release_pages(self) -> None:
+        for segment in self.segments:
+            segment.release_pages()
+
     @property
     def nbytes(self) -> int:
         return sum(segment.nbytes for segment in self.segments)
@@ -168,6 +178,20 @@ def as_ids(ids: object, what: str) -> np.ndarray:
     return array
 
 
+def release_mapped(arrays: list[np.ndarray]) -> None:
+    """Drop this process' resident pages of the read-only or shared file mappings under ``arrays`` (``numpy.memmap``
+    arrays of mode ``"r"`` or ``"r+"`` and views of them; arrays in memory and copy-on-write maps are left alone):
+    pages a scan read stop counting as the process' memory, and a later read maps them in again from the page cache
+    (``madvise(MADV_DONTNEED)``; nothing is lost, as the pages are the file's)."""
+    for array in arrays:
+        base: Any = array
+        while base is not None and not isinstance(base, np.memmap):
+            base = getattr(base, "base", None)
+        mapping = getattr(base, "_mmap", None)
+        if base is not None and base.mode in ("r", "r+") and mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
+            mapping.madvise(mmap.MADV_DONTNEED)
+
+
 def keep_mask(segment: Segment, rows: np.ndarray | None) -> np.ndarray | None:
     """The searchable rows of ``segment`` (uint8): alive, and among ``rows`` when a filter gives them; None: all."""
     if rows is None:
@@ -177,4 +201,4 @@ def keep_mask(segment: Segment, rows: np.ndarray | None) -> np.ndarray | None:
     return mask if segment.alive is None else mask & segment.alive
 
 
-__all__ = ["CellStore", "Segment", "as_ids", "id_array", "keep_mask"]
+__all__ = ["CellStore", "Segment", "as_ids", "id_array", "keep_mask", "release_mapped"]
