@@ -7,9 +7,9 @@ Encodes the first ``--rows`` rows of a float32 ``.npy`` with a saved compressor 
   memory once the library and the compressor are loaded, against the codes' bytes plus the centroids' (the bar:
   at most 1.2 x that); then the same build killed (SIGKILL) once its rows are half written and run again: the
   seconds the rerun takes and whether the file is byte for byte the uninterrupted one;
-* the same build in a process that built a small index (``--warm-rows``) first, its peak reset
-  (``/proc/self/clear_refs``): the build's own memory without the libraries' one-time costs (pyarrow's readers,
-  numba's compiler and the compiled scan kernel, torch and faiss workspaces);
+* the same build run a second time in one process, its peak reset (``/proc/self/clear_refs``) before it: the
+  build's own memory, without the libraries' one-time costs that the first build pays (pyarrow's readers and
+  allocator, numba's compiler and the compiled scan kernels, torch's and faiss' workspaces);
 * the in-memory build, ``compressor.index(read_code_shards(...), ann=...)``: seconds and peak memory alike.
 
 ``sample_bytes`` is the k-means sample as mapped to the routing space (``AnnConfig.sample`` rows x routing dims x
@@ -48,12 +48,12 @@ def status(key):
         if line.startswith(key):
             return int(line.split()[1]) * 1024
 
-mode, shards, compressor, out, ann, warm = sys.argv[1:7]
+mode, shards, compressor, out, ann = sys.argv[1:6]
 ann = json.loads(ann)
 model = adaptemb.load(compressor)
 adaptemb.index_build  # the library loaded
-if mode == "warm":  # a small build first (libraries' lazy parts, compiled kernels), then the peak reset
-    adaptemb.build_index_from_shards(warm, model, out + ".warm", ann=ann)
+if mode == "warm":  # the same build first (libraries' lazy parts, compiled kernels), then the peak reset
+    adaptemb.build_index_from_shards(shards, model, out + ".first", ann=ann)
     with open("/proc/self/clear_refs", "w") as handle:
         handle.write("5")
 base = status("VmRSS")
@@ -68,9 +68,8 @@ print(json.dumps({"seconds": seconds, "base_rss": base, "peak_rss": status("VmHW
 """
 
 
-def child(mode: str, shards: Path, compressor: Path, out: Path, ann: dict, warm: Path | None = None) -> dict:
-    done = subprocess.run([sys.executable, "-c", CHILD, mode, str(shards), str(compressor), str(out), json.dumps(ann),
-                           str(warm)],
+def child(mode: str, shards: Path, compressor: Path, out: Path, ann: dict) -> dict:
+    done = subprocess.run([sys.executable, "-c", CHILD, mode, str(shards), str(compressor), str(out), json.dumps(ann)],
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -80,7 +79,7 @@ def killed_then_resumed(shards: Path, compressor: Path, out: Path, whole: Path, 
     work = Path(f"{out}.building")
     total = len(adaptemb.streaming.read_manifest(shards).shards)
     process = subprocess.Popen([sys.executable, "-c", CHILD, "shards", str(shards), str(compressor), str(out),
-                                json.dumps(ann), "None"],
+                                json.dumps(ann)],
                                stdout=subprocess.DEVNULL)
     filled = work / "filled.json"
     while process.poll() is None and not (filled.is_file() and len(json.loads(filled.read_text() or "[]")) >= total // 2):
@@ -115,13 +114,12 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("ann-shard-build"))
     parser.add_argument("--cells", type=int, help="fixed cells (default: auto), e.g. to compare sizes at one setting")
     parser.add_argument("--routing-dims", type=int, help="fixed routing dimensions (default: auto)")
-    parser.add_argument("--warm-rows", type=int, default=20_000, help="rows of the small build before the warm one")
     args = parser.parse_args()
     ann = {key: value for key, value in (("cells", args.cells), ("routing_dims", args.routing_dims)) if value}
     load_before = list(os.getloadavg())
     args.work.mkdir(parents=True, exist_ok=True)
     shards = encoded_shards(args, args.rows)
-    warm = child("warm", shards, args.compressor, args.work / "warm.safetensors", ann, encoded_shards(args, args.warm_rows))
+    second = child("warm", shards, args.compressor, args.work / "second.safetensors", ann)
     codes = adaptemb.read_code_shards(shards)
     code_bytes = codes.row_nbytes
     del codes
@@ -139,7 +137,8 @@ def main() -> None:
         "sample_bytes": index.config.resolved(args.rows, 1).sample * index.router.dims * 4,
         "from_shards": {"seconds": round(streamed["seconds"], 1), "peak_extra_bytes": streamed["peak_rss"] - streamed["base_rss"],
                         "peak_over_codes_plus_centroids": round((streamed["peak_rss"] - streamed["base_rss"]) / bound, 3)},
-        "from_shards_after_a_small_build": {"warm_rows": args.warm_rows, "peak_extra_bytes": warm["peak_rss"] - warm["base_rss"]},
+        "from_shards_second_build": {"peak_extra_bytes": second["peak_rss"] - second["base_rss"],
+                                     "peak_over_codes_plus_centroids": round((second["peak_rss"] - second["base_rss"]) / bound, 3)},
         "killed_and_resumed": resumed,
         "in_memory": {"seconds": round(in_memory["seconds"], 1), "peak_extra_bytes": in_memory["peak_rss"] - in_memory["base_rss"],
                       "peak_over_codes_plus_centroids": round((in_memory["peak_rss"] - in_memory["base_rss"]) / bound, 3)},
