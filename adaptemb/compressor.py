@@ -226,6 +226,15 @@ class CompressorCore(Capabilities, ABC):
         self._require_fitted()
         return None
 
+    def stand_in_queries(self, doc_codes: Codes) -> Codes | None:
+        """Query codes standing in for real queries near these documents, made from their codes alone: what an
+        approximate index computes its routing basis and its calibration from (``adaptemb.ann.build``). None (the
+        default): the index makes them itself (decoded documents encoded as queries, else its scorer's stand-ins). A
+        method whose codes keep less than its queries overrides this (a composition before sign bits: each sign as
+        the mean query value the fit rows had with it)."""
+        self._require_fitted()
+        return None
+
     def details(self) -> dict[str, Any]:
         """What a fitted compressor holds beyond its config and budgets, for people (``adaptemb info``): JSON-ready
         values, e.g. csr's measured choice of k and value bits per byte budget. None by default."""

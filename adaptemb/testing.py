@@ -179,6 +179,14 @@ class CompressorContract:
             assert start.config == contract_fitted.config.model_copy(update={"k": k})
             assert start.fit(rows).encode(rows[:5]).bytes_per_vector == contract_fitted.encode(rows[:5]).bytes_per_vector
 
+    def test_stand_in_queries_are_none_or_query_codes_of_each_document(self, contract_fitted: Compressor,
+                                                                       contract_data: Data) -> None:
+        docs = contract_fitted.encode(contract_data[0][:7])
+        made = contract_fitted.stand_in_queries(docs)
+        if made is not None:  # a method that makes an approximate index's sample queries itself
+            assert made.kind == contract_fitted.query_kind and len(made) == 7
+            assert np.isfinite(contract_fitted.score(made, docs)).all()
+
     def test_seed_determinism(self, contract_data: Data, contract_params: dict[str, Any]) -> None:
         first = adaptemb.get_compressor(self.method, seed=3, **contract_params).fit(contract_data[0])
         second = adaptemb.get_compressor(self.method, seed=3, **contract_params).fit(contract_data[0])

@@ -124,8 +124,13 @@ def calibrate_on_rows(index: AnnIndex, held_docs: Codes, held_out: np.ndarray,
 
 def stand_in_queries(compressor: Any, docs: Codes, scorer: CellScorer, query_kind: str,
                      budget: int | None) -> Codes | None:
-    """Query codes made from document codes: decoded and encoded as queries where the compressor decodes, else the
-    scorer's stand-ins, else the documents themselves when queries are of their kind; None when none can be made."""
+    """Query codes made from document codes: the compressor's own (``Compressor.stand_in_queries``), else decoded and
+    encoded as queries where the compressor decodes, else the scorer's stand-ins, else the documents themselves when
+    queries are of their kind; None when none can be made."""
+    own = getattr(compressor, "stand_in_queries", None)
+    made = own(docs) if callable(own) else None
+    if made is not None and made.kind == query_kind:
+        return made
     if getattr(compressor, "decodes", False):
         return compressor.encode_queries(compressor.decode(docs), k=budget)
     made = scorer.stand_in_queries(docs)

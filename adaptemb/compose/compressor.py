@@ -46,6 +46,7 @@ from adaptemb.compose.config import (
 from adaptemb.compose.export import ComposedHead, projected_values, refusal
 from adaptemb.compose.query_choice import measure_by_queries
 from adaptemb.compose.rotation import HadamardRotation
+from adaptemb.compose.stand_ins import sign_query_means, sign_stand_ins
 from adaptemb.compose.stages import (
     Stage,
     rank_of,
@@ -59,6 +60,9 @@ from adaptemb.linalg import has_direction
 from adaptemb.method import Compressor
 from adaptemb.registry import COMPOSE_SEPARATOR, get_index_registry
 from adaptemb.serialization import split_prefix
+
+SIGN_MEANS = "query_given_sign"
+"""A 1-bit sign stage's tensor (2, width) in the file: ``adaptemb.compose.stand_ins``."""
 
 
 class ComposedCompressor(StageChoice, Compressor):
@@ -77,6 +81,7 @@ class ComposedCompressor(StageChoice, Compressor):
         self._quantizer_template = self.Quantizer(config=self.config.quantizer)  # type: ignore[attr-defined]
         self._projection_template = self.Projection(config=self.config.projection)  # type: ignore[attr-defined]
         self._sizes: dict[int, float] = {}
+        self._sign_means: dict[int, torch.Tensor] = {}  # per 1-bit sign width: adaptemb.compose.stand_ins
         self._given_projection: Compressor | None = None
         if self.config.rotation == "pairs":
             learners = [part.name for part in (self.Projection, self.Quantizer) if "pairs" in part.fit_inputs]
@@ -152,13 +157,14 @@ class ComposedCompressor(StageChoice, Compressor):
                                      "'itq' or 'none'", parameter="rotation", value="pairs")
         queries = supervision.pop("queries", None)
         projection = self._given_projection or self._fit_projection(x, supervision)
-        self._projection, self._stages, self._sizes, self._choices = projection, {}, {}, {}
+        self._projection, self._stages, self._sizes, self._choices, self._sign_means = projection, {}, {}, {}, {}
         for rank in self._plan_ranks(x):  # a width past the full rank: 2 bits; past twice it: 3
             self._stages[rank] = (self._fit_stage(x, rank, supervision) if rank <= self._full else
                                   self._fit_two_bit_stage(x, rank // 2, uncentred=True) if rank <= 2 * self._full else
                                   self._fit_three_bit_stage(x, rank // 3))
         for width in self._two_bit_widths(projection) if self.config.bits_per_dim == 2 else []:
             self._stages[width] = self._fit_two_bit_stage(x, width // 2)
+            self._sign_means.pop(width, None)  # its 1-bit stage was replaced
         if self.config.k is not None and self.config.k not in self._stages:
             raise InvalidConfigError(f"{self.name}: k={self.config.k} is not a rank of the projection "
                                      f"({projection.budgets().describe()})", parameter="k", value=self.config.k)
@@ -194,7 +200,12 @@ class ComposedCompressor(StageChoice, Compressor):
         if "pairs" in mine:
             mine["pairs"] = tuple(transformed_documents(rotation, self._projected(side, rank)) for side in mine["pairs"])
         quantizer = self.Quantizer(config=self.config.quantizer)  # type: ignore[attr-defined]
-        return rotation, quantizer.fit(transformed_documents(rotation, y), **mine)
+        documents = transformed_documents(rotation, y)
+        quantizer.fit(documents, **mine)
+        if self.Quantizer.sign_bits and self.float_queries:  # the mean float query of each sign, for stand_in_queries
+            queries = y if rotation is None else rotation.queries(y)
+            self._sign_means[rank] = sign_query_means(quantizer.encode(documents), queries)
+        return rotation, quantizer
 
     def _rank(self, width: int) -> int:
         return rank_of(width, self._stages[width][0])
@@ -241,6 +252,13 @@ class ComposedCompressor(StageChoice, Compressor):
         if query_codes.kind != self.query_kind or query_codes.dim != doc_codes.dim:
             raise TypeError(f"{self.name} scores float queries from its encode_queries against its codes")
         return decoded_inner_products(query_codes.to_dense(), doc_codes)
+
+    def stand_in_queries(self, doc_codes: Codes) -> Codes | None:
+        """Float queries for 1-bit sign codes: each sign as the mean query value the fit rows had with it
+        (``adaptemb.compose.stand_ins``); None for other stages, and for files saved before they were kept."""
+        self._stage_of(doc_codes)
+        means = self._sign_means.get(doc_codes.dim)
+        return None if means is None else sign_stand_ins(doc_codes, means)
 
     def index_options(self, doc_codes: Codes) -> dict[str, Any]:
         _, quantizer = self._stage_of(doc_codes)
@@ -325,7 +343,8 @@ class ComposedCompressor(StageChoice, Compressor):
 
     def _state(self) -> dict[str, torch.Tensor]:
         projection = {f"projection.{key}": t for key, t in self._projection.state_tensors().items()}
-        return stage_tensors(self._stages, self._lists_unrotated) | projection
+        means = {f"rank{width}.{SIGN_MEANS}": t for width, t in self._sign_means.items()}
+        return stage_tensors(self._stages, self._lists_unrotated) | means | projection
 
     def _set_state(self, tensors: dict[str, torch.Tensor]) -> None:
         self._projection = self.Projection(config=self.config.projection)  # type: ignore[attr-defined]
@@ -333,7 +352,13 @@ class ComposedCompressor(StageChoice, Compressor):
         stages = stages_from_tensors(tensors, self.rotation_kind, self._lists_unrotated,
                                      lambda: self.Quantizer(config=self.config.quantizer))  # type: ignore[attr-defined]
         self._projection.restore(self.dim, split_prefix(tensors, "projection."))
-        self._stages, self._sizes = stages, {}
+        self._stages, self._sizes, self._sign_means = stages, {}, {}
+        for width in stages:  # absent from files saved before stand_in_queries
+            means = tensors.get(f"rank{width}.{SIGN_MEANS}")
+            if means is not None:
+                if tuple(means.shape) != (2, width):
+                    raise ValueError(f"rank{width}.{SIGN_MEANS} must have shape (2, {width}); got {tuple(means.shape)}")
+                self._sign_means[width] = means.float()
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its part classes, config and fitted tensors (the composed class is made, not imported: Ray
