@@ -46,7 +46,6 @@ from adaptemb.compose.config import (
 from adaptemb.compose.export import ComposedHead, projected_values, refusal
 from adaptemb.compose.query_choice import measure_by_queries
 from adaptemb.compose.rotation import HadamardRotation
-from adaptemb.compose.stand_ins import sign_query_means, sign_stand_ins
 from adaptemb.compose.stages import (
     Stage,
     rank_of,
@@ -55,6 +54,7 @@ from adaptemb.compose.stages import (
     stages_from_tensors,
     transformed_documents,
 )
+from adaptemb.compose.stand_ins import sign_query_means, sign_stand_ins
 from adaptemb.errors import InvalidConfigError, UnsupportedExportError
 from adaptemb.linalg import has_direction
 from adaptemb.method import Compressor
