@@ -24,15 +24,18 @@ BLOCK_ROWS = 16384
 def sign_query_means(codes: Codes, queries: torch.Tensor) -> torch.Tensor:
     """(2, r) float32: per dimension, the mean of ``queries`` (n, r) over the rows whose sign in ``codes`` (their ±1
     ``to_dense`` form) is negative (row 0) and positive (row 1); 0 for a sign no row has."""
-    sums = torch.zeros(2, queries.shape[1], dtype=torch.float64)
-    counts = torch.zeros(2, queries.shape[1], dtype=torch.float64)
+    total = torch.zeros(queries.shape[1], dtype=torch.float64)
+    on_sum = torch.zeros(queries.shape[1], dtype=torch.float64)
+    on_count = torch.zeros(queries.shape[1], dtype=torch.float64)
     for start in range(0, len(queries), BLOCK_ROWS):
         positive = torch.from_numpy(np.asarray(codes[start : start + BLOCK_ROWS].to_dense()) > 0)
-        values = queries[start : start + BLOCK_ROWS].double()
-        for side, mask in enumerate((~positive, positive)):
-            sums[side] += torch.where(mask, values, 0.0).sum(dim=0)
-            counts[side] += mask.sum(dim=0)
-    return (sums / counts.clamp(min=1)).float()
+        values = queries[start : start + BLOCK_ROWS].float()
+        total += values.sum(dim=0, dtype=torch.float64)
+        on_sum += (values * positive).sum(dim=0, dtype=torch.float64)
+        on_count += positive.sum(dim=0)
+    off_count = len(queries) - on_count
+    means = torch.stack([(total - on_sum) / off_count.clamp(min=1), on_sum / on_count.clamp(min=1)])
+    return means.float()
 
 
 def sign_stand_ins(codes: Codes, means: torch.Tensor) -> DenseCodes:
