@@ -44,16 +44,16 @@ def dense_rows(codes: Codes) -> np.ndarray | sp.csr_matrix:
 def routing_basis(blocks: Iterable[np.ndarray], rows: int, dims: int, seed: int = 0) -> np.ndarray | None:
     """(qdim, r) orthonormal columns: the ``dims`` strongest directions (uncentred) of ``rows`` sample query rows
     given a block at a time (``blocks``: (m, qdim) each); None when the queries have at most ``dims`` dimensions
-    (they are used as they are). Where the queries have fewer dimensions than there are rows, the top eigenvectors
-    of their Gram matrix (qdim, qdim), summed a block at a time, so that the rows are never held together; else the
-    rows stacked, by a randomised SVD (``torch.svd_lowrank``: a range finder with power iterations, Halko et al.
-    2011). Each column's largest entry is positive."""
+    (they are used as they are). Where the queries have at most half as many dimensions as there are rows, the top
+    eigenvectors of their Gram matrix (qdim, qdim), summed a block at a time, so that the rows are never held
+    together; else the rows stacked, by a randomised SVD (``torch.svd_lowrank``: a range finder with power
+    iterations, Halko et al. 2011). Each column's largest entry is positive."""
     blocks = iter(blocks)
     first = next(blocks)
     qdim = first.shape[1]
     if qdim <= dims:
         return None
-    if qdim < rows:
+    if 2 * qdim <= rows:  # the float64 Gram matrix takes no more than the float32 rows
         gram = np.zeros((qdim, qdim), np.float64)
         for block in itertools.chain([first], blocks):
             part = np.asarray(block, dtype=np.float64)
