@@ -324,6 +324,8 @@ def test_sign_codes_stand_in_for_queries_with_each_signs_mean_query(default_data
     loaded = type(fitted).from_saved(fitted.file_metadata(), state)
     np.testing.assert_array_equal(loaded.stand_in_queries(docs).to_dense(), values)
     older = type(fitted).from_saved(fitted.file_metadata(), {k: t for k, t in state.items() if "query_given_sign" not in k})
+    with pytest.raises(adaptemb.CorruptFileError, match="rank256.query_given_sign must have shape"):
+        type(fitted).from_saved(fitted.file_metadata(), {**state, "rank256.query_given_sign": torch.zeros(3, 256)})
     assert older.stand_in_queries(docs) is None and older.encode(corpus[:5], bytes=32).dim == docs.dim
     two_bit = adaptemb.fit(corpus[:4000], "svd+binary", seed=0, bits_per_dim=2)
     assert two_bit.stand_in_queries(two_bit.encode(corpus[:5], bytes=32)) is None
