@@ -44,7 +44,7 @@ def test_wheel_ships_core_plugins_data_and_type_marker(tmp_path: Path) -> None:
     )
     (wheel,) = tmp_path.glob("adaptemb-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "adaptemb/py.typed" in names and "adaptemb/testing.py" in names
+    assert "adaptemb/py.typed" in names and "adaptemb/testing/__init__.py" in names
     assert {"adaptemb_plugins/svd.py", "adaptemb_plugins/int8.py", "adaptemb_plugins/binary.py", "adaptemb_plugins/mrl.py"} <= names
     assert not any(name.startswith(("plugins/", "tests/")) for name in names)
     assert any(name.startswith("adaptemb/datasets/data/") and name.endswith(".npz") for name in names)
