@@ -1,9 +1,15 @@
 """The shared contract, run over every registered compressor (built-in or installed)."""
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 import adaptemb
-from adaptemb.testing import CompressorContract
+from adaptemb.testing import CompressorContract, assert_same_codes, clustered_embeddings
 
 SLOW_CONTRACTS = {"csr", "csr_symmetric", "csr_byte_heads"}
 """Contracts whose fits take long (csr trains; its tests refit it): 33-70 s a class measured (-n 2, under load), the
@@ -14,6 +20,8 @@ def _add_contract(suffix: str, method: str, **attributes: object) -> None:
     """The contract suite as the test class ``TestContract_{suffix}`` on ``method``, with ``attributes``."""
     name = f"TestContract_{suffix}"
     marks = {"pytestmark": [pytest.mark.slow]} if suffix in SLOW_CONTRACTS else {}
+    # every class's fit is loaded in one fresh process below, not in one process per class (each start imports torch)
+    attributes = {"fresh_process": False, **attributes}
     globals()[name] = type(name, (CompressorContract,), {"method": method, **marks, **attributes})
 
 
@@ -52,3 +60,35 @@ _VARIANTS: dict[str, tuple[str, dict[str, object], str]] = {
 }
 for _suffix, (_method, _params, _why) in _VARIANTS.items():
     _add_contract(_suffix, _method, params=_params, allow_brute_force=False, __doc__=_why)
+
+
+def _contract_classes() -> dict[str, type[CompressorContract]]:
+    return {name: cls for name, cls in globals().items() if name.startswith("TestContract_")}
+
+
+@pytest.mark.slow  # one new Python process (imports torch and adaptemb) and a fit of every class
+def test_every_contract_fit_loads_in_one_fresh_process(tmp_path: Path) -> None:
+    """Each contract class's fit (its method and params on the contract data), saved, loads in a new Python process
+    and encodes the data to the same codes: ``CompressorContract.test_save_load_in_fresh_process`` for all the
+    classes above at the cost of one process start."""
+    x, _ = clustered_embeddings()
+    np.save(tmp_path / "x.npy", x)
+    want = {}
+    for name, cls in _contract_classes().items():
+        params = {**adaptemb.get_registry().get(cls.method).test_params, **cls.params}
+        fitted = adaptemb.get_compressor(cls.method, **params).fit(x)
+        fitted.save(tmp_path / f"{name}.safetensors")
+        want[name] = fitted.encode(x)
+    script = textwrap.dedent(
+        f"""
+        import numpy as np, adaptemb
+        x = np.load({str(tmp_path / "x.npy")!r})
+        for name in {sorted(want)!r}:
+            codes = adaptemb.load({str(tmp_path)!r} + "/" + name + ".safetensors").encode(x)
+            adaptemb.save_codes(codes, {str(tmp_path)!r} + "/" + name + ".npz")
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
+    assert len(want) >= len(adaptemb.list_compressors())  # every registered method, its compositions and variants
+    for name, codes in want.items():
+        assert_same_codes(codes, adaptemb.load_codes(tmp_path / f"{name}.npz"))
