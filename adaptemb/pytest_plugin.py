@@ -32,11 +32,8 @@ def contract_data() -> tuple[Any, Any]:
 
 @pytest.fixture(scope="class")
 def contract_params(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """The method's ``test_params`` overlaid with the test class's ``params``."""
-    import adaptemb
-
-    cls = adaptemb.get_registry().get(request.cls.method)
-    return {**cls.test_params, **request.cls.params}
+    """The method's ``test_params`` overlaid with the test class's ``params`` (``CompressorContract.fit_params``)."""
+    return request.cls.fit_params()
 
 
 @pytest.fixture(scope="class")

@@ -75,8 +75,7 @@ def test_every_contract_fit_loads_in_one_fresh_process(tmp_path: Path) -> None:
     np.save(tmp_path / "x.npy", x)
     want = {}
     for name, cls in _contract_classes().items():
-        params = {**adaptemb.get_registry().get(cls.method).test_params, **cls.params}
-        fitted = adaptemb.get_compressor(cls.method, **params).fit(x)
+        fitted = adaptemb.get_compressor(cls.method, **cls.fit_params()).fit(x)
         fitted.save(tmp_path / f"{name}.safetensors")
         want[name] = fitted.encode(x)
     script = textwrap.dedent(

@@ -39,6 +39,11 @@ class CompressorContract(ZeroRowContract):
 
     # fixtures ``contract_data``, ``contract_params`` and ``contract_fitted``: adaptemb.pytest_plugin
 
+    @classmethod
+    def fit_params(cls) -> dict[str, Any]:
+        """What the contract fits the method with (``contract_params``): its ``test_params`` overlaid with ``params``."""
+        return {**adaptemb.get_registry().get(cls.method).test_params, **cls.params}
+
     # -- the contract -------------------------------------------------------------------------
 
     def test_registered_with_strict_config(self) -> None:
