@@ -181,6 +181,7 @@ class Router:
             return flat
         ivf = faiss.IndexIVFFlat(faiss.IndexFlatIP(self.dims), self.dims, groups, faiss.METRIC_INNER_PRODUCT)
         ivf.cp.seed = 0
+        ivf.cp.min_points_per_centroid = 1  # sqrt(cells) groups of the cells' centroids: few points by design
         ivf.train(centroids)
         ivf.add(centroids)
         ivf.nprobe = ASSIGN_PROBES
