@@ -2,8 +2,8 @@
 
 1. The routing space: ``basis``, the top principal directions of sample queries made from sample documents
    (``stand_in_queries``), rounded to float16 as stored.
-2. The cells: spherical k-means (faiss, two levels) over the mapped rows of a seeded sample of ``AnnConfig.sample``
-   documents.
+2. The cells: spherical k-means (faiss, two levels) over the mapped rows of a seeded sample of documents
+   (``AnnConfig.sample``: auto, 256 a cell).
 3. Every document to its nearest centroid's cell; each cell's mean mapped row becomes its routing centroid (rounded
    to float16 as stored), and every document goes to the cell whose centroid is nearest in direction, as added
    rows will (``Router.assign``); the codes copied in cell order with their ids.
@@ -67,7 +67,7 @@ def _build(compressor: Any, docs: Codes, config: AnnConfig, query_kind: str, bud
 
 def sample_rows(n: int, config: AnnConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(the sorted rows the cells are trained on, the positions among them of the routing basis' rows)."""
-    train = distinct_rows(n, min(config.sample, n), rng)
+    train = distinct_rows(n, config.sample_size(n), rng)
     return train, distinct_rows(len(train), min(BASIS_QUERIES, len(train)), rng)
 
 

@@ -15,6 +15,14 @@ The automatic choices (``AnnConfig.resolved``):
   With it the QPS at 0.95 fell 1.2-1.9x from 250k to 990k rows in paired runs on a busy machine, the exact
   scan's 2.4-4.6x (``benchmarks/ann_paired_scaling.py``). At 250k, 1,024 cells took more CPU than 512 for both kinds (one thread,
   timed apart: csr 0.32 against 0.25 s, svd+binary 0.49 against 0.45 s for 2,000 queries);
+* ``sample``: ``SAMPLE_PER_CELL`` (256) rows a cell, at most every row: what faiss' k-means reads at most (its
+  ``max_points_per_centroid``). A fixed sample leaves each cell fewer rows as the rows grow (100,000 gave 98 a cell at
+  1M rows and 24 at 16M, under faiss' own minimum of 39). Measured with four k-means seeds, the fewest probes reaching
+  recall 0.95 against exact on 1,000 held-out queries (``benchmarks/ann_sample_size.py``, records
+  ``ann_sample_*.json``), 256 a cell against a fixed 100,000, rows scanned a query: static-256 at 990k, svd+binary
+  123,200 against 137,400 (120-128 probes against 127-148), csr 42,500 against 43,600; at 250k, svd+binary 54,500
+  against 55,200, csr 22,100 against 21,000 (the one loss); MiniLM at 198k, svd+binary 31,800 against 32,500, csr
+  13,900 against 13,800;
 * ``routing_dims``: the query space's own width up to 256 (on 1M real rows csr's 1,024-d queries routed within
   0.005 recall of 240 dims with 96, 0.06 below with 48; svd+binary's 256 dims lost 0.04 at 128), less where the centroids (float16, one per cell) and
   the routing basis would cost more than ``ROUTING_BYTES`` per document (or ``ROUTING_FLOOR`` bytes in all,
@@ -37,6 +45,8 @@ ROUTING_BYTES = 2.5
 """Bytes per document the automatic routing space may spend on centroids and basis (float16)..."""
 ROUTING_FLOOR = 2**19
 """... or this many bytes in all, whichever is more (small indexes route in a useful space)."""
+SAMPLE_PER_CELL = 256
+"""Rows of the k-means sample per cell when ``AnnConfig.sample`` is ``"auto"``."""
 MAX_ROUTING_DIMS = 256
 MIN_ROUTING_DIMS = 16
 
@@ -49,8 +59,8 @@ class AnnConfig(BaseModel):
 
     cells: int | Literal["auto"] = "auto"
     """Coarse cells (k-means centroids); ``"auto"``: from the row count (module docstring)."""
-    sample: int = Field(100_000, ge=1)
-    """Rows the cells are trained on (at most; a seeded random sample)."""
+    sample: int | Literal["auto"] = "auto"
+    """Rows the cells are trained on (at most; a seeded random sample); ``"auto"``: ``SAMPLE_PER_CELL`` a cell."""
     routing_dims: int | Literal["auto"] = "auto"
     """Dimensions of the routing space the centroids live in; ``"auto"``: from the byte allowance."""
     iterations: int = Field(10, ge=1)
@@ -75,7 +85,7 @@ class AnnConfig(BaseModel):
     """Workers of a scan (default: numba's pool, capped by ``adaptemb.set_threads``)."""
     seed: int = 0
 
-    @field_validator("cells", "routing_dims")
+    @field_validator("cells", "routing_dims", "sample", mode="before")
     @classmethod
     def _positive(cls, value: int | str) -> int | str:
         if isinstance(value, int) and (isinstance(value, bool) or value < 1):
@@ -95,9 +105,18 @@ class AnnConfig(BaseModel):
 
     def resolved(self, rows: int, query_dims: int) -> Settings:
         """The cell count and routing dimensions for ``rows`` documents and queries of ``query_dims`` dimensions."""
-        cells = auto_cells(rows) if self.cells == "auto" else min(int(self.cells), rows)
+        cells = self.cell_count(rows)
         dims = auto_dims(rows, cells, query_dims) if self.routing_dims == "auto" else int(self.routing_dims)
-        return Settings(cells=cells, routing_dims=min(dims, query_dims), sample=min(self.sample, rows))
+        return Settings(cells=cells, routing_dims=min(dims, query_dims), sample=self.sample_size(rows))
+
+    def cell_count(self, rows: int) -> int:
+        """The cells of an index of ``rows`` documents."""
+        return auto_cells(rows) if self.cells == "auto" else min(int(self.cells), rows)
+
+    def sample_size(self, rows: int) -> int:
+        """The rows of the k-means sample of an index of ``rows`` documents."""
+        wanted = SAMPLE_PER_CELL * self.cell_count(rows) if self.sample == "auto" else int(self.sample)
+        return min(wanted, rows)
 
     def saved(self) -> dict[str, Any]:
         """The JSON-ready settings a saved index records (a rerank store is recorded apart)."""
