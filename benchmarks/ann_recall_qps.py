@@ -301,8 +301,12 @@ def record_path(key: str, method: str, rows: int) -> Path:
 
 def scaling(key: str, methods: str, sizes: list[int]) -> dict[str, Any]:
     """How the QPS at recall 0.95 against exact falls from the smallest to the largest size, beside the exact scan's
-    (read back from this run's records)."""
+    (read back from this run's records); the entries of methods this run did not measure are kept from the file."""
+    path = RESULTS / f"ann_scaling_{key}.json"
+    earlier = json.loads(path.read_text()) if path.is_file() else {}
     out: dict[str, Any] = {"benchmark": "ann_recall_qps/scaling", "data": key, "rows": [sizes[0], sizes[-1]]}
+    if earlier.get("rows") == out["rows"]:
+        out.update({name: entry for name, entry in earlier.items() if isinstance(entry, dict) and name != "machine"})
     for method in methods.split(","):
         small, large = (json.loads(record_path(key, method, rows).read_text()) for rows in (sizes[0], sizes[-1]))
         points = [record["ann"]["operating_point"] for record in (small, large)]
