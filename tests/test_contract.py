@@ -1,15 +1,12 @@
 """The shared contract, run over every registered compressor (built-in or installed)."""
 
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import adaptemb
 from adaptemb.testing import CompressorContract, assert_same_codes, clustered_embeddings
+from adaptemb.testing.contract import codes_from_fresh_process
 
 SLOW_CONTRACTS = {"csr", "csr_symmetric", "csr_byte_heads"}
 """Contracts whose fits take long (csr trains; its tests refit it): 33-70 s a class measured (-n 2, under load), the
@@ -72,22 +69,11 @@ def test_every_contract_fit_loads_in_one_fresh_process(tmp_path: Path) -> None:
     and encodes the data to the same codes: ``CompressorContract.test_save_load_in_fresh_process`` for all the
     classes above at the cost of one process start."""
     x, _ = clustered_embeddings()
-    np.save(tmp_path / "x.npy", x)
-    want = {}
+    want, models = {}, []
     for name, cls in _contract_classes().items():
         fitted = adaptemb.get_compressor(cls.method, **cls.fit_params()).fit(x)
-        fitted.save(tmp_path / f"{name}.safetensors")
+        models.append(fitted.save(tmp_path / f"{name}.safetensors"))
         want[name] = fitted.encode(x)
-    script = textwrap.dedent(
-        f"""
-        import numpy as np, adaptemb
-        x = np.load({str(tmp_path / "x.npy")!r})
-        for name in {sorted(want)!r}:
-            codes = adaptemb.load({str(tmp_path)!r} + "/" + name + ".safetensors").encode(x)
-            adaptemb.save_codes(codes, {str(tmp_path)!r} + "/" + name + ".npz")
-        """
-    )
-    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
     assert len(want) >= len(adaptemb.list_compressors())  # every registered method, its compositions and variants
-    for name, codes in want.items():
-        assert_same_codes(codes, adaptemb.load_codes(tmp_path / f"{name}.npz"))
+    for codes, loaded in zip(want.values(), codes_from_fresh_process(models, x, tmp_path)):
+        assert_same_codes(codes, loaded)

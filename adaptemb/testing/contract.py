@@ -125,16 +125,8 @@ class CompressorContract(ZeroRowContract):
         if not self.fresh_process:
             pytest.skip("fresh_process = False: registered at run time, or loaded in a fresh process by another test")
         model = contract_fitted.save(tmp_path / "model.safetensors")
-        np.save(tmp_path / "x.npy", contract_data[0])
-        script = textwrap.dedent(
-            f"""
-            import numpy as np, adaptemb
-            codes = adaptemb.load({str(model)!r}).encode(np.load({str(tmp_path / 'x.npy')!r}))
-            adaptemb.save_codes(codes, {str(tmp_path / 'codes.npz')!r})
-            """
-        )
-        subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
-        assert_same_codes(contract_fitted.encode(contract_data[0]), adaptemb.load_codes(tmp_path / "codes.npz"))
+        (codes,) = codes_from_fresh_process([model], contract_data[0], tmp_path)
+        assert_same_codes(contract_fitted.encode(contract_data[0]), codes)
 
     def test_storage_accounting_is_exact(self, contract_fitted: Compressor, contract_data: Data) -> None:
         for k in budgets_to_check(contract_fitted):
@@ -301,3 +293,20 @@ class CompressorContract(ZeroRowContract):
         for bad, message in ((sample[:, :31], "dimension 31"), (np.full_like(sample, np.nan), "NaN"), (sample[:0], "empty")):
             with pytest.raises(ValueError, match=message):
                 adaptemb.get_compressor(self.method, **contract_params).fit(x, queries=bad)
+
+
+def codes_from_fresh_process(models: list[Path], x: np.ndarray, work: Path) -> list[Any]:
+    """The codes of ``x`` from each saved compressor of ``models``, each loaded and encoded in one new Python process
+    (one start, which imports torch and adaptemb, for all of them); ``work``: a folder for the rows and codes."""
+    np.save(work / "x.npy", x)
+    outputs = [str(work / f"fresh_codes_{i}.npz") for i in range(len(models))]
+    script = textwrap.dedent(
+        f"""
+        import numpy as np, adaptemb
+        x = np.load({str(work / "x.npy")!r})
+        for model, out in zip({[str(m) for m in models]!r}, {outputs!r}):
+            adaptemb.save_codes(adaptemb.load(model).encode(x), out)
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
+    return [adaptemb.load_codes(out) for out in outputs]
