@@ -3,8 +3,9 @@
 For each method and size in ``--rows``, and each k-means seed in ``--seeds``: ``comp.index(codes, ann=AnnConfig(
 sample=S, seed=seed))`` for each ``S`` of ``--samples`` ("auto" is the default rule, 256 rows a cell). Recorded per
 build: the fewest probes whose recall@10 against ``exact = comp.index(codes)`` reaches 0.95 on ``--queries`` held-out
-queries (bisected), the rows a query scans there, the recall at fixed probe counts, the calibration's own probe count
-for 0.95 and the build's seconds. No timing of searches: the probes and rows are what the sample changes.
+queries (``ann_paired_scaling.operating_nprobe``), the rows a query scans there, the recall at fixed probe counts,
+the calibration's own probe count for 0.95 and the build's seconds. No timing of searches: the probes and rows are
+what the sample changes.
 
     python benchmarks/ann_sample_size.py --vectors /data/debian-corpus/static-256.npy \\
         --split /data/debian-corpus/split.json --methods svd+binary --rows 250000,990000 --samples 100000,auto
@@ -17,6 +18,7 @@ import time
 from typing import Any
 
 import numpy as np
+from ann_paired_scaling import operating_nprobe
 from ann_recall_qps import RESULTS, TARGET, corpus_parser, corpus_parts, encoded, fitted, load_data, recall
 from arguments import integers
 from records import write_record
@@ -27,24 +29,12 @@ from adaptemb.evaluate.machine import machine_info
 FIXED_PROBES = (64, 96, 128, 160, 192)
 
 
-def fewest_probes(ann: Any, queries: np.ndarray, exact_ids: np.ndarray) -> int:
-    """The fewest probes whose recall@10 against ``exact_ids`` reaches ``TARGET`` (bisection: recall grows with probes)."""
-    low, high = 1, ann.cells
-    while low < high:
-        middle = (low + high) // 2
-        if recall(ann.search(queries, 10, nprobe=middle)[1], exact_ids) >= TARGET:
-            high = middle
-        else:
-            low = middle + 1
-    return low
-
-
 def measured(compressor: adaptemb.Compressor, codes: adaptemb.Codes, queries: np.ndarray, exact_ids: np.ndarray,
              sample: int | str, seed: int) -> dict[str, Any]:
     start = time.perf_counter()
     ann = compressor.index(codes, ann=adaptemb.AnnConfig(sample=sample, seed=seed))
     build_s = time.perf_counter() - start
-    probes = fewest_probes(ann, queries, exact_ids)
+    probes, _ = operating_nprobe(ann, queries, exact_ids)
     sizes = np.diff(ann.store.main.offsets)
     routed = ann.router.route(ann.scorer.query_vectors(ann.encode_queries(queries)), probes)
     return {"sample": sample, "sample_rows": ann.config.sample_size(len(codes)), "seed": seed, "cells": ann.cells,
